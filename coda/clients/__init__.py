@@ -1,0 +1,1 @@
+"""Typed async HTTP clients for every CODA service (httpx)."""

@@ -1,0 +1,142 @@
+"""Typed async client of the master's REST API."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from coda.clients.base import JsonClient
+from coda.contracts.master_api import (
+    ArtifactRef,
+    BatchCreate,
+    BatchCreated,
+    BatchList,
+    EpisodeList,
+    GroupLeaseRequest,
+    GroupList,
+    JobCreate,
+    JobCreated,
+    JobHeartbeatResponse,
+    JobState,
+    LeaseRequest,
+    LeaseResponse,
+    ModelVersionList,
+    StatusReport,
+    WorkerRegister,
+)
+from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
+from coda.contracts.training import Group, GroupStatus, ModelRole, ModelVersion, ModelVersionCreate
+
+
+class MasterClient(JsonClient):
+    """``async with MasterClient(url, token=...) as m: await m.create_batch(...)``."""
+
+    # batches and episodes
+    async def create_batch(self, spec: BatchCreate) -> BatchCreated:
+        return await self.request("POST", "/v1/batches", spec, BatchCreated)
+
+    async def upload_batch(self, path: str | Path, *, rollouts: int = 1, priority: int = 0,
+                           name: str | None = None) -> BatchCreated:
+        p = Path(path)
+        data: dict[str, Any] = {"rollouts": str(rollouts), "priority": str(priority)}
+        if name:
+            data["name"] = name
+        resp = await self.send("POST", "/v1/batches/upload", None, data=data,
+                               files={"file": (p.name, p.read_bytes(), "application/json")})
+        return BatchCreated.model_validate_json(resp.content)
+
+    async def list_batches(self, *, limit: int = 50, offset: int = 0) -> BatchList:
+        return await self.request("GET", "/v1/batches", None, BatchList,
+                                  params={"limit": limit, "offset": offset})
+
+    async def get_batch(self, batch_id: uuid.UUID) -> Batch:
+        return await self.request("GET", f"/v1/batches/{batch_id}", None, Batch)
+
+    async def cancel_batch(self, batch_id: uuid.UUID) -> Batch:
+        return await self.request("POST", f"/v1/batches/{batch_id}/cancel", None, Batch)
+
+    async def list_episodes(self, *, batch_id: uuid.UUID | None = None, status: str | None = None,
+                            limit: int = 100, offset: int = 0) -> EpisodeList:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if batch_id:
+            params["batch_id"] = str(batch_id)
+        if status:
+            params["status"] = status
+        return await self.request("GET", "/v1/episodes", None, EpisodeList, params=params)
+
+    async def get_episode(self, episode_id: uuid.UUID, *, steps: bool = True) -> Episode:
+        return await self.request("GET", f"/v1/episodes/{episode_id}", None, Episode,
+                                  params={"steps": str(steps).lower()})
+
+    # workers and jobs
+    async def register_worker(self, spec: WorkerRegister) -> Worker:
+        return await self.request("POST", "/v1/workers", spec, Worker)
+
+    async def worker_heartbeat(self, worker_id: uuid.UUID, busy_slots: int = 0) -> Worker:
+        return await self.request("POST", f"/v1/workers/{worker_id}/heartbeat",
+                                  {"busy_slots": busy_slots}, Worker)
+
+    async def lease(self, worker_id: uuid.UUID, kind: JobKind = JobKind.EPISODE, *,
+                    capacity: int = 1, wait_s: float = 0.0) -> list[Job]:
+        req = LeaseRequest(worker_id=worker_id, kind=kind, capacity=capacity, wait_s=wait_s)
+        return (await self.request("POST", "/v1/jobs/lease", req, LeaseResponse)).jobs
+
+    async def heartbeat(self, job: Job) -> JobHeartbeatResponse:
+        return await self.request("POST", f"/v1/jobs/{job.id}/heartbeat",
+                                  {"lease_token": job.lease_token}, JobHeartbeatResponse)
+
+    async def report_step(self, job: Job, step: Step) -> None:
+        await self.send("POST", f"/v1/jobs/{job.id}/steps",
+                        {"lease_token": job.lease_token, "step": step.model_dump(mode="json")})
+
+    async def complete(self, job: Job, result: dict[str, Any]) -> None:
+        await self.send("POST", f"/v1/jobs/{job.id}/complete",
+                        {"lease_token": job.lease_token, "result": result})
+
+    async def fail(self, job: Job, error: str, *, retry: bool = True) -> JobState:
+        return await self.request("POST", f"/v1/jobs/{job.id}/fail",
+                                  {"lease_token": job.lease_token, "error": error, "retry": retry},
+                                  JobState)
+
+    async def get_job(self, job_id: uuid.UUID) -> JobState:
+        return await self.request("GET", f"/v1/jobs/{job_id}", None, JobState)
+
+    async def create_job(self, spec: JobCreate) -> JobCreated:
+        return await self.request("POST", "/v1/jobs", spec, JobCreated)
+
+    # artifacts
+    async def upload_artifact(self, data: bytes, content_type: str = "image/png") -> ArtifactRef:
+        resp = await self.send("POST", "/v1/artifacts", None,
+                               files={"file": ("artifact", data, content_type)})
+        return ArtifactRef.model_validate_json(resp.content)
+
+    async def get_artifact(self, key: str) -> bytes:
+        return (await self.send("GET", f"/v1/artifacts/{key}")).content
+
+    # training groups and model versions
+    async def create_group(self, group: Group) -> uuid.UUID:
+        resp = await self.send("POST", "/v1/groups", {"group": group.model_dump(mode="json")})
+        return uuid.UUID(resp.json()["id"])
+
+    async def lease_groups(self, req: GroupLeaseRequest) -> GroupList:
+        return await self.request("POST", "/v1/groups/lease", req, GroupList)
+
+    async def ack_group(self, group_id: uuid.UUID, token: str,
+                        status: GroupStatus = GroupStatus.CONSUMED) -> None:
+        await self.send("POST", f"/v1/groups/{group_id}/ack",
+                        {"lease_token": token, "status": status.value})
+
+    async def register_version(self, spec: ModelVersionCreate) -> ModelVersion:
+        return await self.request("POST", "/v1/models", spec, ModelVersion)
+
+    async def list_versions(self, role: ModelRole | None = None) -> ModelVersionList:
+        params = {"role": role.value} if role else None
+        return await self.request("GET", "/v1/models", None, ModelVersionList, params=params)
+
+    async def current_version(self, role: ModelRole = ModelRole.PLANNER) -> ModelVersion:
+        return await self.request("GET", "/v1/models/current", None, ModelVersion,
+                                  params={"role": role.value})
+
+    async def status(self) -> StatusReport:
+        return await self.request("GET", "/v1/status", None, StatusReport)

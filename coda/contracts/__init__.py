@@ -1,0 +1,1 @@
+"""Pydantic contracts for everything that crosses a process boundary."""

@@ -1,0 +1,180 @@
+"""Request and response bodies of the master's REST API (``/v1``)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
+from coda.contracts.training import Group, GroupRecord, GroupStatus, ModelVersion
+
+MAX_ROLLOUTS = 64
+
+
+class BatchCreate(BaseModel):
+    """Submit tasks: each task runs ``rollouts`` times (Average@k / Pass@k)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=200)
+    tasks: list[dict[str, Any]] = Field(
+        min_length=1, description="task documents: ScienceBoard, OSWorld or CODA TaskSpec JSON"
+    )
+    rollouts: int = Field(default=1, ge=1, le=MAX_ROLLOUTS)
+    priority: int = Field(default=0, ge=-1000, le=1000, description="higher runs first")
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    planner_version: str | None = Field(default=None, description="pin a planner version")
+
+
+class BatchCreated(BaseModel):
+    batch: Batch
+    episode_ids: list[uuid.UUID]
+
+
+class EpisodeList(BaseModel):
+    items: list[Episode]
+    total: int
+
+
+class BatchList(BaseModel):
+    items: list[Batch]
+    total: int
+
+
+class JobCreate(BaseModel):
+    """Enqueue a judge or group job directly (episode jobs come from batches)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: JobKind
+    payload: dict[str, Any]
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_attempts: int = Field(default=3, ge=1, le=20)
+
+
+class JobCreated(BaseModel):
+    id: uuid.UUID
+    kind: JobKind
+
+
+class WorkerRegister(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    host: str | None = Field(default=None, max_length=200)
+    slots: int = Field(default=1, ge=1, le=10_000)
+    kinds: list[JobKind] = Field(default_factory=lambda: [JobKind.EPISODE], min_length=1)
+    apps: list[str] = Field(default_factory=list)
+
+
+class WorkerHeartbeat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    busy_slots: int = Field(default=0, ge=0)
+
+
+class LeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: uuid.UUID
+    kind: JobKind = JobKind.EPISODE
+    capacity: int = Field(default=1, ge=1, le=256, description="jobs wanted at most")
+    wait_s: float = Field(default=0.0, ge=0, le=60, description="long-poll time when empty")
+
+
+class LeaseResponse(BaseModel):
+    jobs: list[Job]
+
+
+class LeaseToken(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lease_token: str = Field(min_length=8, max_length=128)
+
+
+class JobHeartbeatResponse(BaseModel):
+    lease_expires_at: datetime
+
+
+class StepReport(LeaseToken):
+    step: Step
+
+
+class JobComplete(LeaseToken):
+    result: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobFail(LeaseToken):
+    error: str = Field(min_length=1, max_length=10_000)
+    retry: bool = Field(default=True, description="requeue if attempts remain")
+
+
+class JobState(BaseModel):
+    id: uuid.UUID
+    kind: JobKind
+    status: str
+    attempts: int
+    max_attempts: int
+    error: str | None = None
+
+
+class ArtifactRef(BaseModel):
+    key: str
+    size: int
+    content_type: str
+
+
+class GroupCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    group: Group
+
+
+class GroupLeaseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_groups: int = Field(default=8, ge=1, le=1024)
+    ttl_s: float = Field(default=600, ge=1, le=86_400)
+    planner_versions: list[str] | None = Field(
+        default=None, description="only groups sampled by these versions (staleness window)"
+    )
+
+
+class GroupList(BaseModel):
+    items: list[GroupRecord]
+
+
+class GroupAck(LeaseToken):
+    status: GroupStatus = GroupStatus.CONSUMED
+
+
+class ModelVersionList(BaseModel):
+    items: list[ModelVersion]
+
+
+class AppScore(BaseModel):
+    """One row of the paper's Table 1 format."""
+
+    app: str
+    tasks: int
+    rollouts: int
+    average_at_k: float | None
+    pass_at_k: float | None
+
+
+class QueueDepth(BaseModel):
+    kind: JobKind
+    queued: int
+    leased: int
+
+
+class StatusReport(BaseModel):
+    generated_at: datetime
+    batches: list[Batch]
+    scores: list[AppScore]
+    workers: list[Worker]
+    queues: list[QueueDepth]
+    recent_episodes: list[Episode]

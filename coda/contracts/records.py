@@ -1,0 +1,168 @@
+"""Records the master stores and serves: batches, episodes, steps, jobs, workers."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coda.actions import Action
+from coda.tasks import TaskSpec
+
+
+class JobKind(StrEnum):
+    EPISODE = "episode"
+    JUDGE = "judge"
+    GROUP = "group"
+
+
+class JobStatus(StrEnum):
+    """Queue state of one job (Postgres is the source of truth)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+JOB_ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.LEASED})
+JOB_TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class EpisodeStatus(StrEnum):
+    """Life of one rollout. ``completed`` means it ran to the end; ``success`` says how it did."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+EPISODE_ACTIVE = frozenset({EpisodeStatus.QUEUED, EpisodeStatus.RUNNING})
+EPISODE_TERMINAL = frozenset(
+    {EpisodeStatus.COMPLETED, EpisodeStatus.FAILED, EpisodeStatus.CANCELLED}
+)
+
+
+class BatchStatus(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+class StepOutcome(StrEnum):
+    OK = "ok"
+    PARSE_ERROR = "parse_error"
+    EXECUTION_ERROR = "execution_error"
+    MODEL_ERROR = "model_error"
+
+
+class Step(BaseModel):
+    """One planner -> executor -> environment step of an episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(ge=0)
+    attempt: int = Field(default=1, ge=1, description="which lease of the episode ran it")
+    thought: str | None = None
+    action: Action | None = None
+    raw_executor_text: str | None = None
+    screenshot: str | None = Field(default=None, description="artifact key of the screen before")
+    outcome: StepOutcome = StepOutcome.OK
+    error: str | None = None
+    planner_version: str | None = None
+    latency_ms: float | None = Field(default=None, ge=0)
+    extra: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+class EpisodeResult(BaseModel):
+    """What a worker reports when an episode job ends normally."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: bool | None = Field(default=None, description="task checker verdict, if any")
+    score: float | None = Field(default=None, ge=0, le=1)
+    answer: str | None = None
+    final_screenshot: str | None = None
+    steps: int | None = Field(default=None, ge=0)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Episode(BaseModel):
+    id: uuid.UUID
+    batch_id: uuid.UUID
+    job_id: uuid.UUID
+    task_id: str
+    app: str
+    rollout: int = Field(ge=0, description="index among the k rollouts of the task")
+    status: EpisodeStatus
+    success: bool | None = None
+    score: float | None = None
+    answer: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    planner_version: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    steps: list[Step] | None = None
+
+
+class BatchProgress(BaseModel):
+    total: int = 0
+    queued: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    succeeded: int = Field(default=0, description="completed episodes whose task succeeded")
+
+
+class Batch(BaseModel):
+    id: uuid.UUID
+    name: str | None = None
+    status: BatchStatus
+    priority: int
+    rollouts: int
+    planner_version: str | None = None
+    created_at: datetime
+    progress: BatchProgress
+
+
+class Job(BaseModel):
+    """A leased unit of work as a worker receives it."""
+
+    id: uuid.UUID
+    kind: JobKind
+    lease_token: str
+    lease_expires_at: datetime
+    attempt: int = Field(ge=1)
+    max_attempts: int = Field(ge=1)
+    payload: dict[str, Any]
+
+
+class EpisodePayload(BaseModel):
+    """Payload of an ``episode`` job."""
+
+    episode_id: uuid.UUID
+    batch_id: uuid.UUID
+    rollout: int
+    task: TaskSpec
+    planner_version: str | None = None
+
+
+class Worker(BaseModel):
+    id: uuid.UUID
+    name: str
+    host: str | None = None
+    slots: int
+    kinds: list[JobKind]
+    apps: list[str] = Field(default_factory=list)
+    registered_at: datetime
+    last_heartbeat: datetime | None = None

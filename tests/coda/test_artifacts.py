@@ -1,0 +1,44 @@
+import io
+
+import pytest
+from PIL import Image
+
+from coda.artifacts import ArtifactError, ArtifactStore
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_put_get_content_addressed(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    key = store.put(_png(), "image/png")
+    assert key == store.put(_png(), "image/png")
+    assert store.get(key) == _png() and store.exists(key)
+    with pytest.raises(KeyError):
+        store.get("sha256/00/" + "0" * 64 + ".png")
+
+
+@pytest.mark.parametrize("key", ["../x", "/etc/passwd", "sha256/../../etc/passwd",
+                                 "sha256/ab/" + "a" * 64 + ".png/../x", "sha256/ab/short.png"])
+def test_keys_cannot_escape(tmp_path, key):
+    with pytest.raises(ArtifactError):
+        ArtifactStore(str(tmp_path)).get(key)
+
+
+def test_limits_and_types(tmp_path):
+    store = ArtifactStore(str(tmp_path), max_bytes=100)
+    with pytest.raises(ArtifactError, match="exceeds"):
+        store.put(_png() + b"\0" * 200, "image/png")
+    with pytest.raises(ArtifactError, match="not allowed"):
+        store.put(b"x", "text/html")
+    with pytest.raises(ArtifactError, match="not image/png"):
+        ArtifactStore(str(tmp_path)).put(b"hello", "image/png")
+
+
+def test_memory_filesystem_url():
+    store = ArtifactStore("memory://coda-test")
+    key = store.put(b'{"a": 1}', "application/json")
+    assert store.get(key) == b'{"a": 1}'
