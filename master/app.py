@@ -1,0 +1,111 @@
+"""The master FastAPI application (``create_app``; ``uvicorn master.app:create_app --factory``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy import text
+
+from coda import __version__
+from coda.artifacts import ArtifactError, ArtifactStore
+from coda.logging import configure_logging, get_logger
+from coda.service import create_service_app
+from coda.tasks import TaskLoadError
+from master import batches, jobs, maintenance, workers
+from master.db.migrate import upgrade
+from master.db.session import make_engine
+from master.metrics import MasterMetrics
+from master.queue.keys import Keys
+from master.queue.redis_queue import RedisQueue
+from master.routes import artifacts, episodes, groups, models, status
+from master.routes import batches as batch_routes
+from master.routes import jobs as job_routes
+from master.routes import workers as worker_routes
+from master.settings import MasterSettings
+from master.state import AppState
+
+log = get_logger("coda.master")
+
+
+def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) -> FastAPI:
+    s = settings or MasterSettings()
+    s.check_secrets()
+    holder: dict[str, AppState] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if migrate:
+            await upgrade(s.database_url)
+        engine = make_engine(s.database_url, pool_size=s.db_pool_size)
+        redis = aioredis.from_url(s.redis_url, max_connections=200)
+        core = AppState(settings=s, engine=engine, redis=redis,
+                        queue=RedisQueue(redis, Keys(s.redis_prefix)),
+                        store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
+                        metrics=metrics)
+        app.state.core = core
+        app.state.settings = s
+        holder["core"] = core
+        stop = asyncio.Event()
+        loop = asyncio.create_task(maintenance.run(core, stop))
+        log.info("master ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url)
+        try:
+            yield
+        finally:
+            stop.set()
+            await loop
+            await redis.aclose()
+            await engine.dispose()
+
+    async def ready() -> dict[str, str]:
+        core = holder["core"]
+        async with core.engine.connect() as conn:
+            await conn.execute(text("select 1"))
+        await core.redis.ping()
+        return {"postgres": "ok", "redis": "ok", "queue_built": str(await core.queue.is_built())}
+
+    app, registry = create_service_app(
+        name="CODA master", version=__version__, lifespan=lifespan, ready=ready,
+        max_body_bytes=s.max_body_bytes,
+        description="Batches, episodes, the Redis lease queue, training groups and model versions.",
+    )
+    metrics = MasterMetrics(registry)
+    app.state.settings = s
+    for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
+                   artifacts.router, groups.router, models.router, status.router):
+        app.include_router(router)
+    _errors(app)
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    def handler(code: int) -> Any:
+        async def handle(_: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"detail": str(exc) or type(exc).__name__}, status_code=code)
+        return handle
+
+    app.add_exception_handler(jobs.LeaseLost, handler(409))
+    app.add_exception_handler(jobs.JobNotFound, handler(404))
+    app.add_exception_handler(batches.BatchNotFound, handler(404))
+    app.add_exception_handler(workers.WorkerNotFound, handler(404))
+    app.add_exception_handler(ArtifactError, handler(400))
+    app.add_exception_handler(TaskLoadError, handler(422))
+    app.add_exception_handler(RedisError, handler(503))
+
+
+def main() -> None:  # pragma: no cover - thin wrapper for `python -m master.app`
+    import uvicorn
+
+    s = MasterSettings()
+    configure_logging(s.log_level)
+    uvicorn.run(create_app(s), host="127.0.0.1", port=8000)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

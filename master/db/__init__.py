@@ -1,0 +1,1 @@
+"""Postgres records (SQLAlchemy 2)."""

@@ -1,0 +1,1 @@
+"""The Redis side of the job queue: ready sets, leases and tokens (rebuildable from Postgres)."""

@@ -1,0 +1,44 @@
+"""Every Redis key the master uses, built in one place under one prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coda.contracts.records import JobKind
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "coda"
+
+    def ready(self, kind: JobKind | str) -> str:
+        """ZSET job id -> order score (priority first, then submission order)."""
+        return f"{self.prefix}:ready:{JobKind(kind).value}"
+
+    @property
+    def leases(self) -> str:
+        """ZSET job id -> lease expiry (unix ms)."""
+        return f"{self.prefix}:leases"
+
+    @property
+    def tokens(self) -> str:
+        """HASH job id -> lease token."""
+        return f"{self.prefix}:tokens"
+
+    @property
+    def sentinel(self) -> str:
+        """Set once the queue is built from Postgres; its absence means Redis lost its data."""
+        return f"{self.prefix}:built"
+
+    @property
+    def maintenance_lock(self) -> str:
+        return f"{self.prefix}:lock:maintenance"
+
+    @property
+    def reconcile_due(self) -> str:
+        """Exists while the last reconcile is recent enough."""
+        return f"{self.prefix}:reconcile:recent"
+
+    def worker_seen(self) -> str:
+        """HASH worker id -> last heartbeat (unix s), flushed to Postgres by maintenance."""
+        return f"{self.prefix}:workers:seen"

@@ -1,0 +1,136 @@
+"""Atomic queue operations on Redis (Lua), no knowledge of Postgres.
+
+Order score = ``-priority * 2**41 + seq``: higher priority first, FIFO within a priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import redis.asyncio as aioredis
+
+from coda.contracts.records import JobKind
+from master.queue.keys import Keys
+
+_PRIORITY_SHIFT = 2**41
+
+# KEYS: ready, leases, tokens; ARGV: expiry_ms, token1..tokenN  -> [id1, id2, ...]
+_LEASE = """
+local n = #ARGV - 1
+local popped = redis.call('ZPOPMIN', KEYS[1], n)
+local out = {}
+for i = 1, #popped, 2 do
+  local id = popped[i]
+  local token = ARGV[(i + 1) / 2 + 1]
+  redis.call('ZADD', KEYS[2], ARGV[1], id)
+  redis.call('HSET', KEYS[3], id, token)
+  out[#out + 1] = id
+end
+return out
+"""
+
+# KEYS: leases, tokens; ARGV: id, token, expiry_ms -> 1 extended, 0 unknown/stale
+_HEARTBEAT = """
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: leases, tokens; ARGV: id, token -> 1 released, 0 not held with that token
+_RELEASE = """
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: leases, tokens; ARGV: now_ms, limit -> [id1, token1, ...] (claimed: removed)
+_CLAIM_EXPIRED = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, id in ipairs(ids) do
+  local token = redis.call('HGET', KEYS[2], id) or ''
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  out[#out + 1] = id
+  out[#out + 1] = token
+end
+return out
+"""
+
+
+def order_score(priority: int, seq: int) -> int:
+    return -priority * _PRIORITY_SHIFT + seq
+
+
+class RedisQueue:
+    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self.r = redis
+        self.k = keys
+        self._lease = redis.register_script(_LEASE)
+        self._heartbeat = redis.register_script(_HEARTBEAT)
+        self._release = redis.register_script(_RELEASE)
+        self._claim = redis.register_script(_CLAIM_EXPIRED)
+
+    async def push(self, kind: JobKind | str, items: Iterable[tuple[str, int, int]]) -> None:
+        """Make jobs ready: ``(job_id, priority, seq)``."""
+        mapping = {jid: order_score(p, s) for jid, p, s in items}
+        if mapping:
+            await self.r.zadd(self.k.ready(kind), mapping)
+
+    async def remove(self, kind: JobKind | str, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zrem(self.k.ready(kind), *job_ids)
+            pipe.zrem(self.k.leases, *job_ids)
+            pipe.hdel(self.k.tokens, *job_ids)
+            await pipe.execute()
+
+    async def lease(self, kind: JobKind | str, tokens: Sequence[str], expiry_ms: int) -> list[str]:
+        """Pop up to ``len(tokens)`` ready jobs and hold them with those tokens."""
+        ids = await self._lease(keys=[self.k.ready(kind), self.k.leases, self.k.tokens],
+                                args=[expiry_ms, *tokens])
+        return [i.decode() if isinstance(i, bytes) else i for i in ids]
+
+    async def heartbeat(self, job_id: str, token: str, expiry_ms: int) -> bool:
+        return bool(await self._heartbeat(keys=[self.k.leases, self.k.tokens],
+                                          args=[job_id, token, expiry_ms]))
+
+    async def release(self, job_id: str, token: str) -> bool:
+        return bool(await self._release(keys=[self.k.leases, self.k.tokens], args=[job_id, token]))
+
+    async def hold(self, items: Iterable[tuple[str, str, int]], *, only_new: bool = True) -> None:
+        """Record leases ``(job_id, token, expiry_ms)`` (used when rebuilding)."""
+        items = list(items)
+        if not items:
+            return
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(self.k.leases, {jid: exp for jid, _, exp in items}, nx=only_new)
+        pipe.hset(self.k.tokens, mapping={jid: tok for jid, tok, _ in items})
+        await pipe.execute()
+
+    async def claim_expired(self, now_ms: int, limit: int = 1000) -> list[tuple[str, str]]:
+        flat = await self._claim(keys=[self.k.leases, self.k.tokens], args=[now_ms, limit])
+        flat = [x.decode() if isinstance(x, bytes) else x for x in flat]
+        return list(zip(flat[0::2], flat[1::2], strict=True))
+
+    async def ready_ids(self, kind: JobKind | str) -> set[str]:
+        return {m.decode() if isinstance(m, bytes) else m
+                for m in await self.r.zrange(self.k.ready(kind), 0, -1)}
+
+    async def leased_ids(self) -> set[str]:
+        return {m.decode() if isinstance(m, bytes) else m
+                for m in await self.r.zrange(self.k.leases, 0, -1)}
+
+    async def depth(self, kind: JobKind | str) -> int:
+        return int(await self.r.zcard(self.k.ready(kind)))
+
+    async def is_built(self) -> bool:
+        return bool(await self.r.exists(self.k.sentinel))
+
+    async def mark_built(self) -> None:
+        await self.r.set(self.k.sentinel, "1")

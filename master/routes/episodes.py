@@ -1,0 +1,35 @@
+"""Episodes and their steps."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from coda.contracts.master_api import EpisodeList
+from coda.contracts.records import Episode, EpisodeStatus
+from master import batches
+from master.auth import Reader
+from master.state import State
+
+router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
+
+
+@router.get("")
+async def list_episodes(
+    core: State, _: Reader, batch_id: uuid.UUID | None = None,
+    status: EpisodeStatus | None = None, app: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+) -> EpisodeList:
+    """List episodes, most recently changed first."""
+    items, total = await batches.list_episodes(core.engine, batch_id=batch_id, status=status,
+                                               app=app, limit=limit, offset=offset)
+    return EpisodeList(items=items, total=total)
+
+
+@router.get("/{episode_id}")
+async def get_episode(episode_id: uuid.UUID, core: State, _: Reader,
+                      steps: bool = True) -> Episode:
+    """One episode, with its steps (every attempt) unless ``steps=false``."""
+    return await batches.get_episode(core.engine, episode_id, with_steps=steps)

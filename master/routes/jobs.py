@@ -1,0 +1,122 @@
+"""The worker side of the queue: lease (long-poll), heartbeat, step reports, complete, fail."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from fastapi import APIRouter, HTTPException, status
+from sqlalchemy import text
+
+from coda.contracts.master_api import (
+    JobComplete,
+    JobCreate,
+    JobCreated,
+    JobFail,
+    JobHeartbeatResponse,
+    JobState,
+    LeaseRequest,
+    LeaseResponse,
+    LeaseToken,
+    StepReport,
+)
+from coda.contracts.records import EpisodeResult, JobKind
+from master import jobs, workers
+from master.auth import Admin, Reader, WorkerAuth
+from master.state import State
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201)
+async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
+    """Enqueue a judge or group job (episode jobs are created by batches)."""
+    if body.kind is JobKind.EPISODE:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
+            {"loc": ["body", "kind"], "msg": "episode jobs are created through /v1/batches",
+             "type": "value_error"}])
+    job = jobs.NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
+                      priority=body.priority, max_attempts=body.max_attempts)
+    await jobs.enqueue(core.engine, core.queue, [job])
+    return JobCreated(id=job.id, kind=job.kind)
+
+
+@router.post("/lease")
+async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
+    """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready."""
+    if not await workers.exists(core.engine, body.worker_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            f"worker {body.worker_id} is not registered")
+    s = core.settings
+    deadline = time.monotonic() + body.wait_s
+    while True:
+        got = await jobs.lease(core.engine, core.queue, worker_id=body.worker_id, kind=body.kind,
+                               capacity=body.capacity, ttl_s=s.lease_ttl_s)
+        if got or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+    if core.metrics and got:
+        core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
+    return LeaseResponse(jobs=got)
+
+
+@router.post("/{job_id}/heartbeat")
+async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
+                        _: WorkerAuth) -> JobHeartbeatResponse:
+    """Extend the lease; 409 when the lease is lost (stop working on it)."""
+    expires = await jobs.heartbeat(core.engine, core.queue, job_id=job_id,
+                                   token=body.lease_token, ttl_s=core.settings.lease_ttl_s)
+    return JobHeartbeatResponse(lease_expires_at=expires)
+
+
+@router.post("/{job_id}/steps", status_code=204)
+async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
+    """Store one step of the episode this job runs (idempotent per index)."""
+    await jobs.report_step(core.engine, job_id=job_id, token=body.lease_token, step=body.step)
+    if core.metrics:
+        core.metrics.steps.inc()
+
+
+@router.post("/{job_id}/complete", status_code=204)
+async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
+    """Finish the job with its result; 409 (and no change) when the token is stale."""
+    kind = await _kind(core, job_id)
+    if kind is JobKind.EPISODE:
+        EpisodeResult.model_validate(body.result)  # 422 names the field before anything changes
+    await jobs.complete(core.engine, core.queue, job_id=job_id, token=body.lease_token,
+                        result=body.result)
+    if core.metrics:
+        core.metrics.jobs_finished.labels(kind.value, "succeeded").inc()
+
+
+@router.post("/{job_id}/fail")
+async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth) -> JobState:
+    """Give up this attempt: requeued while attempts remain (and ``retry``), else failed."""
+    await jobs.fail(core.engine, core.queue, job_id=job_id, token=body.lease_token,
+                    error=body.error, retry=body.retry)
+    if core.metrics:
+        core.metrics.jobs_finished.labels((await _kind(core, job_id)).value, "failed").inc()
+    return await get_job(job_id, core, _)
+
+
+@router.get("/{job_id}")
+async def get_job(job_id: uuid.UUID, core: State, _: Reader) -> JobState:
+    """Queue state of one job."""
+    async with core.engine.connect() as conn:
+        row = (await conn.execute(text(
+            "select id, kind, status, attempts, max_attempts, error from jobs where id = :id"),
+            {"id": job_id})).first()
+    if row is None:
+        raise jobs.JobNotFound(str(job_id))
+    return JobState(id=row.id, kind=JobKind(row.kind), status=row.status, attempts=row.attempts,
+                    max_attempts=row.max_attempts, error=row.error)
+
+
+async def _kind(core: State, job_id: uuid.UUID) -> JobKind:
+    async with core.engine.connect() as conn:
+        kind = (await conn.execute(text("select kind from jobs where id = :id"),
+                                   {"id": job_id})).scalar()
+    if kind is None:
+        raise jobs.JobNotFound(str(job_id))
+    return JobKind(kind)

@@ -1,0 +1,34 @@
+"""Worker registration and heartbeats."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter
+
+from coda.contracts.master_api import WorkerHeartbeat, WorkerRegister
+from coda.contracts.records import Worker
+from master import workers
+from master.auth import Reader, WorkerAuth
+from master.state import State
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
+
+
+@router.post("", status_code=201)
+async def register_worker(body: WorkerRegister, core: State, _: WorkerAuth) -> Worker:
+    """Register a worker (a VM server with ``slots`` environments)."""
+    return await workers.register(core.engine, body)
+
+
+@router.post("/{worker_id}/heartbeat")
+async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
+                           _: WorkerAuth) -> Worker:
+    """Mark the worker alive."""
+    return await workers.heartbeat(core.engine, worker_id)
+
+
+@router.get("")
+async def list_workers(core: State, _: Reader) -> list[Worker]:
+    """Workers, most recently seen first."""
+    return await workers.list_workers(core.engine)

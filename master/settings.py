@@ -1,0 +1,77 @@
+"""Master settings (environment prefix ``CODA_``; ``DATABASE_URL``/``REDIS_URL`` also read)."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from typing import Annotated
+
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_ADMIN_TOKEN = "change-me-admin"
+DEFAULT_WORKER_TOKEN = "change-me-worker"
+
+
+class DefaultSecretError(RuntimeError):
+    """A default secret is configured outside development mode."""
+
+
+class MasterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CODA_", extra="ignore")
+
+    database_url: str = Field(
+        default="postgresql+asyncpg://postgres@127.0.0.1:5432/coda",
+        validation_alias=AliasChoices("CODA_DATABASE_URL", "DATABASE_URL"),
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("CODA_REDIS_URL", "REDIS_URL"),
+    )
+    redis_prefix: str = Field(default="coda", pattern=r"^[A-Za-z0-9_.-]+$",
+                              description="namespace of every Redis key")
+    dev: bool = Field(default=False, description="development mode: default secrets allowed")
+    admin_token: str = DEFAULT_ADMIN_TOKEN
+    worker_tokens: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_WORKER_TOKEN])
+    public_status: bool = Field(default=True, description="status page and reads without a token")
+    artifacts_url: str = Field(default="./.coda/artifacts", description="fsspec URL")
+    max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    lease_ttl_s: float = Field(default=60.0, gt=0, description="lease lifetime without heartbeat")
+    maintenance_interval_s: float = Field(default=1.0, gt=0, description="lease expiry sweep")
+    reconcile_interval_s: float = Field(default=10.0, gt=0, description="queue rebuild check")
+    long_poll_step_s: float = Field(default=0.25, gt=0)
+    db_pool_size: int = Field(default=20, ge=1)
+    log_level: str = "INFO"
+
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg(cls, v: str) -> str:
+        for plain in ("postgresql://", "postgres://"):
+            if v.startswith(plain):
+                return "postgresql+asyncpg://" + v[len(plain):]
+        return v
+
+    @field_validator("worker_tokens", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str) and not v.lstrip().startswith("["):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _secrets(self) -> MasterSettings:
+        if not self.worker_tokens:
+            raise ValueError("worker_tokens: at least one worker token is required")
+        return self
+
+    def check_secrets(self) -> None:
+        """Refuse default or weak secrets unless ``dev`` is set."""
+        if self.dev:
+            return
+        weak = [name for name, value in (
+            ("CODA_ADMIN_TOKEN", self.admin_token),
+            *(("CODA_WORKER_TOKENS", t) for t in self.worker_tokens),
+        ) if value in (DEFAULT_ADMIN_TOKEN, DEFAULT_WORKER_TOKEN) or len(value) < 16]
+        if weak:
+            raise DefaultSecretError(
+                f"refusing to start: {', '.join(sorted(set(weak)))} is a default or shorter than 16 "
+                "characters; set a real secret or CODA_DEV=true for development")

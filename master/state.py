@@ -1,0 +1,33 @@
+"""What a master process holds: connections, never job state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import redis.asyncio as aioredis
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from coda.artifacts import ArtifactStore
+from master.metrics import MasterMetrics
+from master.queue.redis_queue import RedisQueue
+from master.settings import MasterSettings
+
+
+@dataclass
+class AppState:
+    settings: MasterSettings
+    engine: AsyncEngine
+    redis: aioredis.Redis
+    queue: RedisQueue
+    store: ArtifactStore
+    metrics: MasterMetrics | None = None
+
+
+def get_state(request: Request) -> AppState:
+    core: AppState = request.app.state.core
+    return core
+
+
+State = Annotated[AppState, Depends(get_state)]

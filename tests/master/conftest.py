@@ -1,0 +1,54 @@
+"""Helpers for master tests: clients bound to a running master, task documents."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda.clients.master import MasterClient
+from coda.contracts.master_api import BatchCreate, WorkerRegister
+from coda.contracts.records import Worker
+from coda.tasks import load_tasks
+
+SCIENCEBOARD = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scienceboard"
+
+
+def task_docs(n: int, app: str = "KAlgebra") -> list[dict[str, Any]]:
+    return [t.to_native() for t in load_tasks(SCIENCEBOARD / "VM" / app)[:n]]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    """Poll ``check`` until it holds (no timing assertion: only an upper bound)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def admin(master) -> AsyncIterator[MasterClient]:  # type: ignore[no-untyped-def]
+    async with MasterClient(master.url, token=master.admin_token, retries=1) as c:
+        yield c
+
+
+@pytest.fixture
+async def wclient(master) -> AsyncIterator[MasterClient]:  # type: ignore[no-untyped-def]
+    async with MasterClient(master.url, token=master.worker_token, retries=1) as c:
+        yield c
+
+
+@pytest.fixture
+async def worker(wclient: MasterClient) -> Worker:
+    return await wclient.register_worker(WorkerRegister(name="test-worker", slots=8))
+
+
+async def submit(admin: MasterClient, n_tasks: int = 2, **kw: Any) -> Any:
+    return await admin.create_batch(BatchCreate(tasks=task_docs(n_tasks), **kw))

@@ -1,0 +1,216 @@
+"""REST surface of the master: auth, validation, artifacts, status, groups, versions."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import httpx
+import pytest
+from PIL import Image
+
+from coda.clients.base import ServiceError
+from coda.contracts.master_api import GroupLeaseRequest, JobCreate
+from coda.contracts.records import JobKind
+from coda.contracts.training import (
+    Candidate,
+    Group,
+    GroupStatus,
+    ModelRole,
+    ModelVersionCreate,
+    StateRef,
+)
+from tests.master.conftest import SCIENCEBOARD, submit, task_docs
+
+
+def png(w: int = 64, h: int = 40) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), (200, 30, 30)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_openapi_schema_is_served(master):
+    schema = httpx.get(f"{master.url}/openapi.json").json()
+    for path in ("/v1/batches", "/v1/jobs/lease", "/v1/jobs/{job_id}/complete",
+                 "/v1/artifacts", "/v1/groups/lease", "/v1/models/current", "/v1/status"):
+        assert path in schema["paths"], path
+
+
+def test_auth_401_and_403(master):
+    body = {"tasks": task_docs(1)}
+    assert httpx.post(f"{master.url}/v1/batches", json=body).status_code == 401
+    bad = {"authorization": "Bearer not-a-token"}
+    assert httpx.post(f"{master.url}/v1/batches", json=body, headers=bad).status_code == 401
+    worker = {"authorization": f"Bearer {master.worker_token}"}
+    assert httpx.post(f"{master.url}/v1/batches", json=body, headers=worker).status_code == 403
+    # workers need a token too
+    lease = {"worker_id": str(uuid.uuid4())}
+    assert httpx.post(f"{master.url}/v1/jobs/lease", json=lease).status_code == 401
+
+
+def test_status_can_be_token_gated(master_factory):
+    m = master_factory(CODA_PUBLIC_STATUS="false")
+    assert httpx.get(f"{m.url}/v1/status").status_code == 401
+    assert httpx.get(f"{m.url}/").status_code == 401
+    ok = httpx.get(f"{m.url}/v1/status", headers={"authorization": f"Bearer {m.worker_token}"})
+    assert ok.status_code == 200
+
+
+def test_bad_input_names_the_field(master):
+    h = {"authorization": f"Bearer {master.admin_token}"}
+    r = httpx.post(f"{master.url}/v1/batches", json={"tasks": task_docs(1), "rollouts": 0},
+                   headers=h)
+    assert r.status_code == 422
+    assert any(e["loc"][-1] == "rollouts" for e in r.json()["detail"])
+    broken = task_docs(2)
+    del broken[1]["instruction"]
+    r = httpx.post(f"{master.url}/v1/batches", json={"tasks": broken}, headers=h)
+    assert r.status_code == 422
+    [err] = r.json()["detail"]
+    assert err["loc"] == ["body", "tasks", 1] and "instruction" in err["msg"]
+    r = httpx.post(f"{master.url}/v1/batches", json={"tasks": []}, headers=h)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "tasks"
+    # nothing was created by the refused requests
+    assert httpx.get(f"{master.url}/v1/batches").json()["total"] == 0
+
+
+def test_upload_batch_file_and_bad_json(master, tmp_path):
+    h = {"authorization": f"Bearer {master.admin_token}"}
+    f = SCIENCEBOARD / "VM" / "Lean" / "A-01.json"
+    if not f.exists():
+        f = next((SCIENCEBOARD / "VM" / "Lean").glob("*.json"))
+    r = httpx.post(f"{master.url}/v1/batches/upload", headers=h,
+                   files={"file": (f.name, f.read_bytes())}, data={"rollouts": "3"})
+    assert r.status_code == 201, r.text
+    assert r.json()["batch"]["progress"]["total"] == 3
+    r = httpx.post(f"{master.url}/v1/batches/upload", headers=h,
+                   files={"file": ("x.json", b"{not json")})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "file"]
+
+
+def test_artifacts_upload_limits_and_traversal(master):
+    h = {"authorization": f"Bearer {master.worker_token}"}
+    data = png()
+    r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
+                   files={"file": ("s.png", data, "image/png")})
+    assert r.status_code == 201
+    key = r.json()["key"]
+    assert key.startswith("sha256/") and key.endswith(".png")
+    again = httpx.post(f"{master.url}/v1/artifacts", headers=h,
+                       files={"file": ("s.png", data, "image/png")})
+    assert again.json()["key"] == key  # content addressed
+    got = httpx.get(f"{master.url}/v1/artifacts/{key}")
+    assert got.status_code == 200 and got.content == data
+    assert got.headers["content-type"] == "image/png"
+    big = png(600, 600) + b"\0" * 70_000  # over the 64 KiB test limit
+    r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
+                   files={"file": ("b.png", big, "image/png")})
+    assert r.status_code == 413
+    r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
+                   files={"file": ("x.sh", b"#!/bin/sh", "text/x-sh")})
+    assert r.status_code == 415
+    r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
+                   files={"file": ("fake.png", b"GIF89a....", "image/png")})
+    assert r.status_code == 415
+    for evil in ("../../etc/passwd", "sha256/../../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd",
+                 "sha256/ab/" + "a" * 64 + ".png/../../x"):
+        r = httpx.get(f"{master.url}/v1/artifacts/{evil}")
+        assert r.status_code in (400, 404), evil
+        assert b"root:" not in r.content
+
+
+def test_body_size_limit_413(master_factory):
+    m = master_factory(CODA_MAX_BODY_BYTES="4096")
+    h = {"authorization": f"Bearer {m.admin_token}"}
+    r = httpx.post(f"{m.url}/v1/batches", headers=h,
+                   content=json.dumps({"tasks": task_docs(5)}).encode() + b" " * 5000,
+                   )
+    assert r.status_code == 413
+
+
+def test_default_secret_refused_outside_dev(master_factory):
+    with pytest.raises(RuntimeError, match="exited"):
+        master_factory(CODA_ADMIN_TOKEN="change-me-admin")
+
+
+async def test_status_page_json_and_metrics(master, admin, wclient, worker):
+    created = await submit(admin, n_tasks=2, rollouts=2, name="demo")
+    jobs = await wclient.lease(worker.id, capacity=4)
+    for i, job in enumerate(jobs):
+        await wclient.complete(job, {"success": i == 0})
+    st = await admin.status()
+    assert st.batches[0].id == created.batch.id
+    kalg = next(s for s in st.scores if s.app == "KAlgebra")
+    assert kalg.tasks == 2 and kalg.rollouts == 4
+    assert kalg.average_at_k == 25.0 and kalg.pass_at_k == 50.0
+    assert st.workers[0].name == "test-worker"
+    assert {q.kind for q in st.queues} == set(JobKind)
+    html = httpx.get(f"{master.url}/").text
+    assert 'http-equiv="refresh"' in html and "Average@k" in html and "demo" in html
+    assert "test-worker" in html
+    metrics = httpx.get(f"{master.url}/metrics").text
+    assert "http_requests_total" in metrics and "coda_jobs_leased_total" in metrics
+
+
+async def test_judge_jobs_by_kind(admin, wclient, worker):
+    created = await admin.create_job(JobCreate(kind=JobKind.JUDGE, payload={"episode": "x"}))
+    assert await wclient.lease(worker.id, JobKind.EPISODE) == []
+    [job] = await wclient.lease(worker.id, JobKind.JUDGE)
+    assert job.id == created.id and job.payload == {"episode": "x"}
+    with pytest.raises(ServiceError) as err:
+        await admin.create_job(JobCreate(kind=JobKind.EPISODE, payload={}))
+    assert err.value.status == 422
+
+
+def _group(version: str) -> Group:
+    state = StateRef(step_index=2, instruction="plot x^2", app="KAlgebra",
+                     screenshot="sha256/ab/" + "a" * 64 + ".png")
+    return Group(state=state, target={"type": "click", "x": 10, "y": 20},
+                 candidates=[Candidate(plan="Thought: click", reward=r, planner_version=version)
+                             for r in (0.0, 0.5, 1.0)],
+                 planner_version=version)
+
+
+async def test_groups_lease_ack_and_staleness(admin, wclient):
+    for v in ("v1", "v2", "v2"):
+        await wclient.create_group(_group(v))
+    fresh = await wclient.lease_groups(GroupLeaseRequest(max_groups=10, planner_versions=["v2"]))
+    assert [g.group.planner_version for g in fresh.items] == ["v2", "v2"]
+    g = fresh.items[0]
+    await wclient.ack_group(g.id, g.lease_token or "")
+    with pytest.raises(ServiceError) as err:
+        await wclient.ack_group(g.id, g.lease_token or "")
+    assert err.value.status == 409
+    rest = await wclient.lease_groups(GroupLeaseRequest(max_groups=10))
+    assert [x.group.planner_version for x in rest.items] == ["v1"]
+    await wclient.ack_group(rest.items[0].id, rest.items[0].lease_token or "",
+                            GroupStatus.DROPPED)
+
+
+async def test_group_job_result_becomes_a_group(admin, wclient, worker):
+    await admin.create_job(JobCreate(kind=JobKind.GROUP, payload={"state": "s"}))
+    [job] = await wclient.lease(worker.id, JobKind.GROUP)
+    await wclient.complete(job, {"group": _group("v7").model_dump(mode="json")})
+    got = await wclient.lease_groups(GroupLeaseRequest(planner_versions=["v7"]))
+    assert len(got.items) == 1
+
+
+async def test_model_versions(admin, wclient):
+    with pytest.raises(ServiceError) as err:
+        await admin.current_version()
+    assert err.value.status == 404
+    spec = ModelVersionCreate(name="planner-v1", base_model="Qwen/Qwen2.5-VL-32B-Instruct",
+                              adapter_uri="file:///adapters/v1")
+    await admin.register_version(spec)
+    await admin.register_version(
+        spec.model_copy(update={"name": "planner-v2", "parent": "planner-v1"}))
+    assert (await wclient.current_version()).name == "planner-v2"
+    names = [v.name for v in (await wclient.list_versions(ModelRole.PLANNER)).items]
+    assert names == ["planner-v1", "planner-v2"]
+    with pytest.raises(ServiceError) as err:
+        await admin.register_version(spec)
+    assert err.value.status == 409
+    with pytest.raises(ServiceError) as err:  # workers cannot publish versions
+        await wclient.register_version(spec.model_copy(update={"name": "planner-v3"}))
+    assert err.value.status == 403
