@@ -1,0 +1,1 @@
+"""Inference backends shared by the planner, executor and judge services."""

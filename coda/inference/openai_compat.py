@@ -1,0 +1,232 @@
+"""OpenAI-compatible HTTP backend (vLLM in production; ``transformers serve`` in tests).
+
+* ``n`` samples: the request asks for ``n``; a server that returns fewer choices (e.g.
+  ``transformers serve``, which ignores ``n``) gets the rest requested concurrently, one
+  choice per request, and from then on all ``n`` are requested that way.
+* Executor pre-fill: with ``continue_final_message`` the request carries vLLM's
+  ``continue_final_message: true, add_generation_prompt: false``.
+* Adapters: the request's ``model`` is ``options.adapter`` (a LoRA name) or the default model;
+  ``load_adapter`` / ``unload_adapter`` use vLLM's runtime LoRA endpoints
+  (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``--enable-lora``).
+* Transport errors, 429 and 5xx are retried with exponential backoff; other errors raise
+  :class:`~coda.inference.base.BackendError` at once, with the server's message.
+* Usage: prompt tokens from ``usage``; completion tokens per choice from ``token_ids`` when
+  the server returns them, else ``usage.completion_tokens`` shared evenly among the choices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import httpx
+
+from coda.inference.base import BackendError, ChatMessage, Completion, GenerateOptions
+from coda.logging import get_logger
+
+log = get_logger(__name__)
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _root_url(base_url: str) -> str:
+    """``http://h:8000``, ``http://h:8000/`` and ``http://h:8000/v1`` all give ``http://h:8000``."""
+    url = base_url.rstrip("/")
+    return url.removesuffix("/v1")
+
+
+def build_request(
+    messages: list[ChatMessage], options: GenerateOptions, *, model: str, n: int,
+    seed: int | None,
+) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body for ``n`` samples (pure)."""
+    body: dict[str, Any] = {
+        "model": options.adapter or model,
+        "messages": messages,
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "top_p": options.top_p,
+    }
+    if n != 1:
+        body["n"] = n
+    if seed is not None:
+        body["seed"] = seed
+    if options.stop:
+        body["stop"] = list(options.stop)
+    if options.continue_final_message:
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
+    body.update(options.extra)
+    return body
+
+
+def parse_choices(payload: dict[str, Any], adapter: str | None) -> list[Completion]:
+    """Completions from a chat-completions response body (pure)."""
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BackendError("response.choices: missing or empty")
+    usage = payload.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    total = int(usage.get("completion_tokens") or 0)
+    share, extra = divmod(total, len(choices))
+    completions = []
+    for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
+        message = choice.get("message") or {}
+        text = message.get("content")
+        if not isinstance(text, str):
+            raise BackendError(f"response.choices[{i}].message.content: missing")
+        token_ids = choice.get("token_ids")
+        count = len(token_ids) if isinstance(token_ids, list) else share + (1 if i < extra else 0)
+        completions.append(Completion(
+            text=text, prompt_tokens=prompt_tokens, completion_tokens=count,
+            finish_reason=choice.get("finish_reason"), adapter=adapter,
+        ))
+    return completions
+
+
+class OpenAICompatBackend:
+    """A :class:`~coda.inference.base.ChatBackend` over an OpenAI-compatible HTTP server."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = _root_url(base_url)
+        self.model = model
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+        self._adapters: dict[str, str] = {}
+        self.honours_n: bool | None = None
+        """None until a response shows whether the server returns ``n`` choices."""
+
+    # -- HTTP with retries --
+
+    async def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        attempt = 0
+        while True:
+            try:
+                response = await self._client.request(method, path, json=json)
+            except httpx.TransportError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                retry_after = None
+            else:
+                if response.status_code < 400:
+                    return response
+                error = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise BackendError(f"{method} {path}: {error}")
+                retry_after = _retry_after(response)
+            if attempt >= self.retries:
+                raise BackendError(f"{method} {path}: {error} (after {attempt + 1} attempts)")
+            delay = retry_after if retry_after is not None else self._backoff(attempt)
+            log.warning("backend_retry", path=path, attempt=attempt + 1, error=error, delay_s=delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.max_backoff_s, self.backoff_s * 2**attempt)
+        return base * (0.5 + random.random() / 2)  # jitter
+
+    # -- chat --
+
+    async def _complete(
+        self, messages: list[ChatMessage], options: GenerateOptions, n: int, seed: int | None
+    ) -> list[Completion]:
+        body = build_request(messages, options, model=self.model, n=n, seed=seed)
+        response = await self._request("POST", "/v1/chat/completions", json=body)
+        try:
+            payload = response.json()
+        except ValueError as exc:
+            raise BackendError(f"response: not JSON: {response.text[:200]!r}") from exc
+        return parse_choices(payload, options.adapter)
+
+    async def chat(self, messages: list[ChatMessage], options: GenerateOptions) -> list[Completion]:
+        """Exactly ``options.n`` completions; missing choices are requested concurrently."""
+        n = options.n
+        if n < 1:
+            raise ValueError(f"n: must be >= 1, got {n}")
+        if self.honours_n is False and n > 1:
+            completions: list[Completion] = []
+        else:
+            completions = (await self._complete(messages, options, n, options.seed))[:n]
+            if n > 1:
+                self.honours_n = len(completions) == n
+        missing = n - len(completions)
+        if missing > 0:
+            offset = len(completions)
+            extra = await asyncio.gather(*(
+                self._complete(messages, options, 1, _nth_seed(options.seed, offset + i))
+                for i in range(missing)
+            ))
+            completions.extend(c for batch in extra for c in batch[:1])
+        if len(completions) != n:
+            raise BackendError(f"response.choices: got {len(completions)} of n={n}")
+        return completions
+
+    # -- adapters (vLLM runtime LoRA updating) --
+
+    async def load_adapter(self, version: str, path: str) -> None:
+        """``POST /v1/load_lora_adapter``; an adapter the server already has counts as loaded."""
+        try:
+            await self._request("POST", "/v1/load_lora_adapter",
+                                json={"lora_name": version, "lora_path": path})
+        except BackendError as exc:
+            if "already" not in str(exc).lower():
+                raise
+        self._adapters[version] = path
+        log.info("adapter_loaded", version=version, path=path, server=self.base_url)
+
+    async def unload_adapter(self, version: str) -> None:
+        """``POST /v1/unload_lora_adapter``; an adapter the server does not know is ignored."""
+        try:
+            await self._request("POST", "/v1/unload_lora_adapter", json={"lora_name": version})
+        except BackendError as exc:
+            if "HTTP 404" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+        self._adapters.pop(version, None)
+        log.info("adapter_unloaded", version=version, server=self.base_url)
+
+    def adapters(self) -> dict[str, str]:
+        return dict(self._adapters)
+
+    async def ready(self) -> dict[str, Any]:
+        """``GET /v1/models``; raises :class:`BackendError` when the server does not answer."""
+        response = await self._request("GET", "/v1/models")
+        try:
+            data = response.json().get("data") or []
+        except (ValueError, AttributeError) as exc:
+            raise BackendError(f"GET /v1/models: unexpected body {response.text[:200]!r}") from exc
+        served = [m.get("id") for m in data if isinstance(m, dict)]
+        return {"backend": self.name, "base_url": self.base_url, "model": self.model,
+                "served": served, "adapters": sorted(self._adapters)}
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _nth_seed(seed: int | None, i: int) -> int | None:
+    """Distinct seeds for the one-choice top-up requests (equal seeds give equal samples)."""
+    return None if seed is None else seed + i
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), 60.0) if value is not None else None
+    except ValueError:
+        return None

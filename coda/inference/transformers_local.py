@@ -1,0 +1,357 @@
+"""In-process transformers backend (AutoProcessor + AutoModelForImageTextToText).
+
+Used by the embedded default (``coda up``), the tests (tiny random Qwen2.5-VL) and the trainer,
+which reuses :attr:`TransformersBackend.model` / :attr:`TransformersBackend.processor` and
+:func:`build_model_inputs` so it tokenizes exactly like the service.
+
+* ``chat`` draws ``n`` samples with ONE ``generate`` (``num_return_sequences=n``);
+  ``chat_batch`` runs several prompts in one left-padded batch.
+* ``continue_final_message`` renders the template without a generation prompt and continues
+  the last assistant message (the executor's pre-fill), like vLLM's option of that name.
+* LoRA adapters (peft, through transformers' PEFT integration) are loaded under their
+  version; ``GenerateOptions.adapter`` selects one, ``None`` runs the base model.
+* ``generate`` runs in a worker thread under a lock, so the event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+from transformers.processing_utils import ProcessorMixin
+
+from coda.inference.base import BackendError, ChatMessage, Completion, GenerateOptions
+from coda.inference.images import bound_pixels, decode_part
+from coda.logging import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_MAX_PIXELS = 16384 * 28 * 28
+"""Same bound as UI-TARS-1.5 / Qwen2.5-VL serving; services pass a lower one to save memory."""
+
+_WORKAROUND_FLAG = "_coda_video_free"
+
+
+def ensure_processor_workaround() -> bool:
+    """Let processors load without torchvision (idempotent); True when it is applied.
+
+    Qwen2.5-VL's processor has a ``video_processor`` attribute whose class is a dummy without
+    torchvision, so building or loading the processor fails. Dropping the video
+    sub-processors keeps images working (see ``reference/tiny_qwen25vl.py``, step 0).
+    """
+    if importlib.util.find_spec("torchvision") is not None:
+        return False
+    if getattr(ProcessorMixin, _WORKAROUND_FLAG, False):
+        return True
+    original = ProcessorMixin.get_attributes.__func__  # type: ignore[attr-defined]
+
+    def get_attributes(cls: type) -> list[str]:
+        return [a for a in original(cls) if "video" not in a]
+
+    ProcessorMixin.get_attributes = classmethod(get_attributes)  # type: ignore[method-assign,assignment]
+    setattr(ProcessorMixin, _WORKAROUND_FLAG, True)
+    return True
+
+
+ensure_processor_workaround()
+
+
+# --- prompt building (pure; shared with the trainer) ------------------------------------------
+
+
+def to_processor_messages(
+    messages: Sequence[ChatMessage], max_pixels: int | None = DEFAULT_MAX_PIXELS
+) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+    """OpenAI-format messages -> chat-template messages with image placeholders, and the images.
+
+    Text parts stay text parts, ``image_url`` parts become ``{"type": "image"}`` and their
+    decoded (size-bounded) images are returned in order of appearance.
+    """
+    converted: list[dict[str, Any]] = []
+    images: list[Image.Image] = []
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("system", "user", "assistant"):
+            raise ValueError(f"messages[{i}].role: expected system/user/assistant, got {role!r}")
+        content = message.get("content")
+        if content is None:
+            content = ""
+        if isinstance(content, str):
+            converted.append({"role": role, "content": [{"type": "text", "text": content}]})
+            continue
+        if not isinstance(content, list):
+            raise ValueError(f"messages[{i}].content: expected a string or a list of parts")
+        parts: list[dict[str, Any]] = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                parts.append({"type": "text", "text": str(part.get("text", ""))})
+            elif kind in ("image_url", "image"):
+                try:
+                    image = decode_part(part)
+                except ValueError as exc:
+                    raise ValueError(f"messages[{i}].content[{j}].{exc}") from exc
+                images.append(bound_pixels(image, max_pixels))
+                parts.append({"type": "image"})
+            else:
+                raise ValueError(f"messages[{i}].content[{j}].type: unsupported {kind!r}")
+        converted.append({"role": role, "content": parts})
+    return converted, images
+
+
+def render_prompt(
+    processor: Any, messages: Sequence[dict[str, Any]], *, continue_final_message: bool = False
+) -> str:
+    """The chat-template text; with ``continue_final_message`` it ends inside the last message."""
+    if continue_final_message and (not messages or messages[-1]["role"] != "assistant"):
+        raise ValueError("messages[-1].role: must be 'assistant' to continue the final message")
+    text = processor.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=not continue_final_message,
+        continue_final_message=continue_final_message,
+    )
+    return str(text)
+
+
+def build_model_inputs(
+    processor: Any,
+    conversations: Sequence[Sequence[ChatMessage]],
+    *,
+    continue_final_message: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Any:
+    """Tokenized, left-padded model inputs (a ``BatchFeature``) for OpenAI-format conversations."""
+    texts: list[str] = []
+    images: list[Image.Image] = []
+    for k, messages in enumerate(conversations):
+        try:
+            converted, conv_images = to_processor_messages(messages, max_pixels)
+            texts.append(render_prompt(processor, converted,
+                                       continue_final_message=continue_final_message))
+        except ValueError as exc:
+            if len(conversations) > 1:
+                raise ValueError(f"conversations[{k}].{exc}") from exc
+            raise
+        images.extend(conv_images)
+    return processor(
+        text=texts, images=images or None, padding=True, padding_side="left", return_tensors="pt"
+    )
+
+
+# --- decoding (pure) ------------------------------------------------------------------------
+
+
+def _eos_ids(generation_config: GenerationConfig) -> set[int]:
+    eos = generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def completion_length(
+    tokens: Sequence[int], eos_ids: set[int], pad_id: int | None
+) -> tuple[int, bool]:
+    """(generated token count incl. the EOS, whether an EOS ended it); trailing pads excluded."""
+    for idx, tok in enumerate(tokens):
+        if tok in eos_ids:
+            return idx + 1, True
+    end = len(tokens)
+    if pad_id is not None:
+        while end > 0 and tokens[end - 1] == pad_id:
+            end -= 1
+    return end, False
+
+
+def apply_stop(text: str, stop: Sequence[str] | None) -> tuple[str, bool]:
+    """Cut ``text`` at the earliest stop string (excluded), as OpenAI servers do."""
+    cuts = [i for i in (text.find(s) for s in stop or () if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+# --- the backend ----------------------------------------------------------------------------
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype | str:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.float32 if device == "cpu" else "auto"
+    if dtype == "auto":
+        return "auto"
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"dtype: unknown torch dtype {dtype!r}")
+    return resolved
+
+
+def _adapter_key(version: str) -> str:
+    """peft adapter names become module keys: no dots or other punctuation."""
+    return "v_" + re.sub(r"[^0-9A-Za-z_]", "_", version)
+
+
+class TransformersBackend:
+    """A :class:`~coda.inference.base.ChatBackend` running a VLM in this process."""
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        device: str = "cpu",
+        dtype: str | torch.dtype | None = None,
+        max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.device = device
+        self.max_pixels = max_pixels
+        self.processor: Any = AutoProcessor.from_pretrained(self.model_path)
+        model: Any = AutoModelForImageTextToText.from_pretrained(
+            self.model_path, dtype=_resolve_dtype(dtype, device)
+        )
+        self.model: Any = model.to(device).eval()
+        self._lock = threading.Lock()
+        self._adapters: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
+        log.info("transformers_backend_loaded", model=self.model_path, device=device)
+
+    # -- generation --
+
+    async def chat(self, messages: list[ChatMessage], options: GenerateOptions) -> list[Completion]:
+        """``options.n`` completions of one conversation from one batched ``generate``."""
+        return (await self.chat_batch([messages], options))[0]
+
+    async def chat_batch(
+        self, conversations: list[list[ChatMessage]], options: GenerateOptions
+    ) -> list[list[Completion]]:
+        """``options.n`` completions for each conversation, all in one padded ``generate``."""
+        if not conversations:
+            return []
+        if options.n < 1:
+            raise ValueError(f"n: must be >= 1, got {options.n}")
+        return await asyncio.to_thread(self._generate, conversations, options)
+
+    def _generation_config(self, options: GenerateOptions) -> GenerationConfig:
+        config = copy.deepcopy(self.model.generation_config)
+        config.max_new_tokens = options.max_tokens
+        config.do_sample = options.temperature > 0
+        # Greedy samples are identical: generate one and repeat it (generate refuses n > 1).
+        config.num_return_sequences = options.n if config.do_sample else 1
+        if config.do_sample:
+            config.temperature = options.temperature
+            config.top_p = options.top_p
+        else:
+            config.temperature, config.top_p, config.top_k = None, None, None
+        if options.stop:
+            config.stop_strings = list(options.stop)
+        if config.pad_token_id is None:
+            config.pad_token_id = self.processor.tokenizer.pad_token_id
+        return config
+
+    def _generate(
+        self, conversations: list[list[ChatMessage]], options: GenerateOptions
+    ) -> list[list[Completion]]:
+        inputs = build_model_inputs(
+            self.processor, conversations,
+            continue_final_message=options.continue_final_message, max_pixels=self.max_pixels,
+        ).to(self.device)
+        config = self._generation_config(options)
+        prompt_len = int(inputs["input_ids"].shape[1])
+        with self._lock:
+            if options.seed is not None:
+                torch.manual_seed(options.seed)
+            with torch.inference_mode(), self._adapter_scope(options.adapter):
+                output = self.model.generate(
+                    **inputs, generation_config=config, tokenizer=self.processor.tokenizer
+                )
+        prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
+        new_tokens = output[:, prompt_len:].tolist()
+        eos_ids, pad_id = _eos_ids(config), config.pad_token_id
+        per_prompt = config.num_return_sequences
+        results: list[list[Completion]] = []
+        for k in range(len(conversations)):
+            group = []
+            rows = new_tokens[k * per_prompt : (k + 1) * per_prompt]
+            for row in rows * (options.n // per_prompt):
+                count, ended = completion_length(row, eos_ids, pad_id)
+                body = row[: count - 1] if ended else row[:count]
+                text = self.processor.tokenizer.decode(body, skip_special_tokens=True)
+                text, stopped = apply_stop(text, options.stop)
+                group.append(Completion(
+                    text=text, prompt_tokens=int(prompt_tokens[k]), completion_tokens=count,
+                    finish_reason="stop" if ended or stopped else "length",
+                    adapter=options.adapter,
+                ))
+            results.append(group)
+        return results
+
+    @contextmanager
+    def _adapter_scope(self, adapter: str | None) -> Iterator[None]:
+        """Select ``adapter`` for one generate call; ``None`` disables all adapters."""
+        if adapter is None:
+            if not self._adapters:
+                yield
+                return
+            self.model.disable_adapters()
+            try:
+                yield
+            finally:
+                self.model.enable_adapters()
+            return
+        key = self._keys.get(adapter)
+        if key is None:
+            raise BackendError(f"adapter: {adapter!r} is not loaded (loaded: {sorted(self._keys)})")
+        self.model.set_adapter(key)
+        yield
+
+    # -- adapters --
+
+    async def load_adapter(self, version: str, path: str) -> None:
+        """Load a peft LoRA adapter from ``path`` under ``version`` (reloads if present)."""
+        await asyncio.to_thread(self._load_adapter, version, path)
+
+    def _load_adapter(self, version: str, path: str) -> None:
+        if not Path(path, "adapter_config.json").is_file():
+            raise BackendError(f"path: no adapter_config.json in {path!r}")
+        key = _adapter_key(version)
+        with self._lock:
+            if version in self._keys:
+                self.model.delete_adapter(self._keys.pop(version))
+                self._adapters.pop(version, None)
+            try:
+                self.model.load_adapter(path, adapter_name=key)
+            except Exception as exc:  # peft raises many types for a bad adapter
+                raise BackendError(f"adapter {version!r}: cannot load {path!r}: {exc}") from exc
+            self._keys[version] = key
+            self._adapters[version] = path
+        log.info("adapter_loaded", version=version, path=path)
+
+    async def unload_adapter(self, version: str) -> None:
+        """Delete the adapter ``version``; unknown versions are ignored."""
+        await asyncio.to_thread(self._unload_adapter, version)
+
+    def _unload_adapter(self, version: str) -> None:
+        with self._lock:
+            key = self._keys.pop(version, None)
+            self._adapters.pop(version, None)
+            if key is not None:
+                self.model.delete_adapter(key)
+        log.info("adapter_unloaded", version=version, known=key is not None)
+
+    def adapters(self) -> dict[str, str]:
+        return dict(self._adapters)
+
+    async def ready(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model_path, "device": self.device,
+                "adapters": sorted(self._adapters)}
+
+    async def aclose(self) -> None:
+        return None

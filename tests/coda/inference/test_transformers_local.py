@@ -1,0 +1,181 @@
+"""The in-process backend on the tiny random Qwen2.5-VL (real model, real peft LoRA)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from coda.inference.base import BackendError, ChatBackend, ChatMessage, GenerateOptions
+from coda.inference.images import image_part
+from coda.inference.transformers_local import (
+    TransformersBackend,
+    apply_stop,
+    build_model_inputs,
+    completion_length,
+    ensure_processor_workaround,
+    to_processor_messages,
+)
+
+PREFILL = "Thought: click the File menu\nAction: "
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir: Path) -> TransformersBackend:
+    return TransformersBackend(tiny_model_dir, max_pixels=320 * 200)
+
+
+def _screenshot(color: tuple[int, int, int] = (200, 30, 30)) -> ChatMessage:
+    return image_part(Image.new("RGB", (320, 200), color))
+
+
+def _user(text: str, *images: ChatMessage) -> ChatMessage:
+    return {"role": "user", "content": [*images, {"type": "text", "text": text}]}
+
+
+def _prefilled() -> list[ChatMessage]:
+    return [_user("Do it", _screenshot()), {"role": "assistant", "content": PREFILL}]
+
+
+def _greedy(max_tokens: int = 8, **kwargs: object) -> GenerateOptions:
+    return GenerateOptions(temperature=0.0, max_tokens=max_tokens, **kwargs)  # type: ignore[arg-type]
+
+
+def test_workaround_is_idempotent() -> None:
+    assert ensure_processor_workaround() == ensure_processor_workaround()
+
+
+def test_backend_meets_the_contract(backend: TransformersBackend) -> None:
+    assert isinstance(backend, ChatBackend)
+    assert backend.model is not None and backend.processor is not None
+
+
+async def test_n_samples_in_one_call(backend: TransformersBackend) -> None:
+    options = GenerateOptions(n=4, temperature=1.0, top_p=0.9, max_tokens=8, seed=7)
+    completions = await backend.chat([_user("What next?", _screenshot())], options)
+    assert len(completions) == 4
+    for c in completions:
+        assert c.prompt_tokens > 0
+        assert 1 <= c.completion_tokens <= 8
+        assert c.finish_reason in ("stop", "length")
+        assert c.adapter is None
+    again = await backend.chat([_user("What next?", _screenshot())], options)
+    assert [c.text for c in again] == [c.text for c in completions]  # same seed, same samples
+
+
+async def test_greedy_n_repeats_the_single_answer(backend: TransformersBackend) -> None:
+    completions = await backend.chat([_user("hello")], _greedy(n=3))
+    assert len(completions) == 3
+    assert len({c.text for c in completions}) == 1
+
+
+def test_continue_final_message_prompt_ends_with_prefill(backend: TransformersBackend) -> None:
+    messages = _prefilled()
+    inputs = build_model_inputs(backend.processor, [messages], continue_final_message=True)
+    prompt = backend.processor.tokenizer.decode(inputs["input_ids"][0])
+    assert prompt.endswith(PREFILL)
+    assert prompt.count("<|im_start|>assistant") == 1
+    opened = build_model_inputs(backend.processor, [messages])
+    opened_prompt = backend.processor.tokenizer.decode(opened["input_ids"][0])
+    assert opened_prompt.endswith(f"{PREFILL}<|im_end|>\n<|im_start|>assistant\n")
+
+
+async def test_continue_final_message_generation(backend: TransformersBackend) -> None:
+    messages = _prefilled()
+    inputs = build_model_inputs(backend.processor, [messages], continue_final_message=True,
+                                max_pixels=backend.max_pixels)
+    [cont] = await backend.chat(messages, _greedy(continue_final_message=True))
+    [opened] = await backend.chat(messages, _greedy())
+    assert cont.prompt_tokens == inputs["input_ids"].shape[1]
+    assert cont.prompt_tokens < opened.prompt_tokens  # no closing <|im_end|>, no new turn
+    assert cont.completion_tokens > 0
+    with pytest.raises(ValueError, match=r"messages\[-1\]\.role"):
+        await backend.chat([_user("no assistant turn")], _greedy(continue_final_message=True))
+
+
+async def test_chat_batch_matches_single_prompts(backend: TransformersBackend) -> None:
+    conversations: list[list[ChatMessage]] = [
+        [_user("Open the File menu", _screenshot())],
+        [_user("short")],
+        [_user("Two screens", _screenshot((0, 0, 255)), _screenshot((0, 255, 0))),
+         {"role": "assistant", "content": "Thought: ok"}, _user("and now?")],
+    ]
+    batched = await backend.chat_batch(conversations, _greedy(n=2))
+    assert [len(group) for group in batched] == [2, 2, 2]
+    for conversation, group in zip(conversations, batched, strict=True):
+        [single] = await backend.chat(conversation, _greedy())
+        assert group[0].text == single.text
+        assert group[0].prompt_tokens == single.prompt_tokens
+    assert len({group[0].prompt_tokens for group in batched}) == 3
+
+
+async def test_adapter_lifecycle(backend: TransformersBackend, tiny_lora_dir: Path) -> None:
+    messages = [_user("What next?", _screenshot())]
+    [base] = await backend.chat(messages, _greedy())
+    await backend.load_adapter("planner-v1.0", str(tiny_lora_dir))
+    assert backend.adapters() == {"planner-v1.0": str(tiny_lora_dir)}
+    tuned = await backend.chat(messages, _greedy(n=2, adapter="planner-v1.0"))
+    assert [c.adapter for c in tuned] == ["planner-v1.0", "planner-v1.0"]
+    assert tuned[0].text != base.text
+    [base_again] = await backend.chat(messages, _greedy())
+    assert base_again.text == base.text and base_again.adapter is None
+    await backend.unload_adapter("planner-v1.0")
+    assert backend.adapters() == {}
+    with pytest.raises(BackendError, match="not loaded"):
+        await backend.chat(messages, _greedy(adapter="planner-v1.0"))
+    [after] = await backend.chat(messages, _greedy())
+    assert after.text == base.text
+
+
+async def test_load_adapter_rejects_a_bad_path(
+    backend: TransformersBackend, tmp_path: Path
+) -> None:
+    with pytest.raises(BackendError, match=r"adapter_config\.json"):
+        await backend.load_adapter("v9", str(tmp_path))
+
+
+def test_messages_conversion_and_pixel_bound(backend: TransformersBackend) -> None:
+    big = image_part(Image.new("RGB", (1280, 800)))
+    converted, images = to_processor_messages(
+        [{"role": "system", "content": "sys"}, _user("look", big)], max_pixels=320 * 200
+    )
+    assert converted[0] == {"role": "system", "content": [{"type": "text", "text": "sys"}]}
+    assert converted[1]["content"][0] == {"type": "image"}
+    assert images[0].size == (320, 200)
+    small = build_model_inputs(backend.processor, [[_user("look", big)]], max_pixels=320 * 200)
+    full = build_model_inputs(backend.processor, [[_user("look", big)]], max_pixels=None)
+    assert small["image_grid_thw"].prod() < full["image_grid_thw"].prod()
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"role": "tool", "content": "x"}, r"messages\[0\]\.role"),
+        ({"role": "user", "content": [{"type": "audio"}]}, r"messages\[0\]\.content\[0\]\.type"),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]},
+         r"messages\[0\]\.content\[0\]\.image_url"),
+    ],
+)
+def test_bad_messages_name_the_field(message: dict[str, object], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        to_processor_messages([message])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ([5, 6, 2, 0, 0], (3, True)),
+        ([5, 6, 7], (3, False)),
+        ([5, 0, 0], (1, False)),
+        ([2], (1, True)),
+    ],
+)
+def test_completion_length(tokens: list[int], expected: tuple[int, bool]) -> None:
+    assert completion_length(tokens, {2}, 0) == expected
+
+
+def test_apply_stop() -> None:
+    assert apply_stop("Thought: a\nAction: b", ["\nAction"]) == ("Thought: a", True)
+    assert apply_stop("abc", ["x", "c", "b"]) == ("a", True)
+    assert apply_stop("abc", None) == ("abc", False)

@@ -1,0 +1,230 @@
+"""The executor service over real HTTP with the tiny random Qwen2.5-VL (transformers backend).
+
+A random model writes garbage, so these tests check the contract: 200 with either a typed
+action or a typed parse error, G results for G thoughts in one backend call, the pre-fill
+the model continues, and 422 naming the field for bad input."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coda.actions import to_pyautogui
+from coda.clients.base import ServiceError
+from coda.clients.executor import ExecutorClient
+from coda.contracts.services_api import (
+    ActBatchRequest,
+    ActBatchResponse,
+    ActRequest,
+    ActResult,
+    HistoryStep,
+    ImageRef,
+    Sampling,
+)
+from coda.inference.base import ChatMessage, Completion, GenerateOptions
+from coda.inference.transformers_local import (
+    TransformersBackend,
+    render_prompt,
+    to_processor_messages,
+)
+from executor_service.app import create_app
+from executor_service.backend import build_backend
+from executor_service.logic import generate_each
+from executor_service.settings import ExecutorSettings
+from tests.executor_service.conftest import RunningExecutor, png_b64, png_bytes
+from tests.fixtures.models import free_port
+
+SAMPLING = Sampling(temperature=1.0, top_p=0.9, max_tokens=16, seed=7)
+THOUGHTS = ["Click the File menu.", "Open the Edit menu.", "Scroll down the list.",
+            "Type the file name."]
+
+
+def _check(result: ActResult) -> None:
+    """Either a typed action (with its pyautogui code) or a typed parse error."""
+    if result.error is None:
+        assert result.action is not None
+        assert result.pyautogui == to_pyautogui(result.action)
+    else:
+        assert result.action is None and result.pyautogui is None
+        assert result.error.text == result.raw and result.error.message
+
+
+def _act_body(**over: Any) -> dict[str, Any]:
+    body = ActRequest(instruction="Save the file", thought=THOUGHTS[0],
+                      screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
+    return {**body.model_dump(mode="json", exclude_none=True), **over}
+
+
+async def test_ready(executor_server: RunningExecutor) -> None:
+    async with httpx.AsyncClient(base_url=executor_server.url) as http:
+        resp = await http.get("/readyz")
+    assert resp.status_code == 200
+    assert resp.json()["detail"]["backend"]["backend"] == "transformers"
+
+
+async def test_act(executor_server: RunningExecutor) -> None:
+    async with httpx.AsyncClient(base_url=executor_server.url, timeout=120) as http:
+        resp = await http.post("/v1/act", json=_act_body(), headers={"x-request-id": "req-1"})
+    assert resp.status_code == 200
+    assert resp.headers["x-request-id"] == "req-1"
+    _check(ActResult.model_validate(resp.json()))
+
+
+async def test_act_with_artifact_refs_and_history(executor_server: RunningExecutor) -> None:
+    shots = executor_server.artifacts / "episode-1"
+    shots.mkdir(exist_ok=True)
+    (shots / "0.png").write_bytes(png_bytes(color=(10, 10, 10)))
+    (shots / "1.png").write_bytes(png_bytes(color=(200, 200, 200)))
+    history = [HistoryStep(thought="Thought: Open the menu.\nAction: click File",
+                           action_text="click(start_box='(10,20)')",
+                           screenshot=ImageRef(ref="episode-1/0.png"))]
+    req = ActRequest(instruction="Save the file", thought="Click Save.", history=history,
+                     screenshot=ImageRef(ref=str(shots / "1.png")), sampling=SAMPLING)
+    async with ExecutorClient(executor_server.url, timeout=120) as client:
+        _check(await client.act(req))
+
+
+async def test_act_batch_returns_g_results(executor_server: RunningExecutor) -> None:
+    req = ActBatchRequest(instruction="Save the file", thoughts=THOUGHTS,
+                          screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
+    async with ExecutorClient(executor_server.url, timeout=120) as client:
+        resp = await client.act_batch(req)
+    assert isinstance(resp, ActBatchResponse)
+    assert len(resp.results) == len(THOUGHTS)
+    for result in resp.results:
+        _check(result)
+
+
+BAD_BODIES: list[tuple[str, dict[str, Any], list[Any]]] = [
+    ("/v1/act", {"thought": None}, ["body", "thought"]),
+    ("/v1/act", {"instruction": ""}, ["body", "instruction"]),
+    ("/v1/act", {"screen_width": 0}, ["body", "screen_width"]),
+    ("/v1/act", {"screenshot": {"b64": "aGVsbG8=", "ref": "x.png"}}, ["body", "screenshot"]),
+    ("/v1/act", {"screenshot": {"b64": "%%% not base64"}}, ["body", "screenshot", "b64"]),
+    ("/v1/act", {"screenshot": {"b64": base64.b64encode(b"just text").decode()}},
+     ["body", "screenshot", "b64"]),
+    ("/v1/act", {"screenshot": {"ref": "missing/shot.png"}}, ["body", "screenshot", "ref"]),
+    ("/v1/act", {"screenshot": {"ref": "../../etc/passwd"}}, ["body", "screenshot", "ref"]),
+    ("/v1/act", {"history": [{"thought": "t", "screenshot": {"b64": "!!"}}]},
+     ["body", "history", 0, "screenshot", "b64"]),
+    ("/v1/act", {"sampling": {"temperature": 5}}, ["body", "sampling", "temperature"]),
+    ("/v1/act/batch", {"thought": None, "thoughts": []}, ["body", "thoughts"]),
+]
+
+
+@pytest.mark.parametrize(("path", "over", "loc"), BAD_BODIES,
+                         ids=[".".join(map(str, b[2][1:])) + f"@{b[0]}" for b in BAD_BODIES])
+async def test_bad_input_is_422_naming_the_field(
+    executor_server: RunningExecutor, path: str, over: dict[str, Any], loc: list[Any]
+) -> None:
+    body = {k: v for k, v in _act_body(**over).items() if v is not None}
+    if path.endswith("batch"):
+        body.pop("thought", None)
+    async with httpx.AsyncClient(base_url=executor_server.url, timeout=60) as http:
+        resp = await http.post(path, json=body)
+    assert resp.status_code == 422, resp.text
+    assert loc in [d["loc"] for d in resp.json()["detail"]]
+
+
+async def test_client_reports_422(executor_server: RunningExecutor) -> None:
+    req = ActRequest(instruction="x", thought="y", screenshot=ImageRef(ref="nope.png"))
+    async with ExecutorClient(executor_server.url, timeout=60) as client:
+        with pytest.raises(ServiceError) as info:
+            await client.act(req)
+    assert info.value.status == 422
+    assert "screenshot" in str(info.value.detail)
+
+
+# --- what the model saw: one batched call, pre-filled assistant turn ------------------------
+
+
+class RecordingBackend(TransformersBackend):
+    """The real transformers backend, remembering each ``chat_batch`` call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list[list[ChatMessage]], GenerateOptions]] = []
+
+    async def chat_batch(self, conversations: list[list[ChatMessage]],
+                         options: GenerateOptions) -> list[list[Completion]]:
+        self.calls.append((conversations, options))
+        return await super().chat_batch(conversations, options)
+
+
+class ChatOnly:
+    """A backend without ``chat_batch`` (like an OpenAI-compatible one)."""
+
+    name = "chat-only"
+
+    def __init__(self, inner: TransformersBackend) -> None:
+        self.inner = inner
+
+    async def chat(self, messages: list[ChatMessage], options: GenerateOptions,
+                   ) -> list[Completion]:
+        return await self.inner.chat(messages, options)
+
+
+@pytest.fixture(scope="module")
+def recording_backend(tiny_model_dir: Path) -> RecordingBackend:
+    return RecordingBackend(str(tiny_model_dir))
+
+
+async def test_batch_is_one_call_and_prefill_is_continued(
+    recording_backend: RecordingBackend, tmp_path: Path
+) -> None:
+    settings = ExecutorSettings(model="unused", artifacts_url=str(tmp_path))
+    app = create_app(settings, backend=recording_backend)
+    recording_backend.calls.clear()
+    req = ActBatchRequest(instruction="Save the file", thoughts=THOUGHTS,
+                          screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
+    transport = httpx.ASGITransport(app=app)
+    async with ExecutorClient("http://executor", client=httpx.AsyncClient(
+            transport=transport, base_url="http://executor", timeout=120)) as client:
+        resp = await client.act_batch(req)
+    assert len(resp.results) == len(THOUGHTS)
+    assert len(recording_backend.calls) == 1  # G thoughts, ONE batched generate
+    conversations, options = recording_backend.calls[0]
+    assert len(conversations) == len(THOUGHTS)
+    assert options.continue_final_message and options.n == 1
+    for conversation, thought in zip(conversations, THOUGHTS, strict=True):
+        converted, images = to_processor_messages(conversation)
+        prompt = render_prompt(recording_backend.processor, converted,
+                               continue_final_message=True)
+        assert prompt.endswith(f"<|im_start|>assistant\nThought: {thought}\nAction: ")
+        assert len(images) == 1
+
+
+async def test_backend_without_chat_batch_gets_concurrent_calls(
+    recording_backend: RecordingBackend,
+) -> None:
+    recording_backend.calls.clear()
+    msgs: list[list[ChatMessage]] = [
+        [{"role": "user", "content": f"step {i}"}, {"role": "assistant", "content": "Thought: "}]
+        for i in range(3)
+    ]
+    options = GenerateOptions(max_tokens=4, continue_final_message=True)
+    out = await generate_each(ChatOnly(recording_backend), msgs, options)  # type: ignore[arg-type]
+    assert len(out) == 3 and all(isinstance(c, Completion) for c in out)
+    assert [len(convs) for convs, _ in recording_backend.calls] == [1, 1, 1]
+
+
+async def test_unreachable_model_server_is_502_and_not_ready(tmp_path: Path) -> None:
+    """The openai backend against a port nobody listens on: a clear 502, /readyz 503."""
+    settings = ExecutorSettings(backend="openai", base_url=f"http://127.0.0.1:{free_port()}/v1",
+                                model="ui-tars", retries=1, artifacts_url=str(tmp_path))
+    backend = build_backend(settings)
+    app = create_app(settings, backend=backend)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://executor") as http:
+            resp = await http.post("/v1/act", json=_act_body())
+            ready = await http.get("/readyz")
+    finally:
+        await backend.aclose()
+    assert resp.status_code == 502
+    assert "model backend" in resp.json()["detail"]
+    assert ready.status_code == 503
