@@ -1,0 +1,1 @@
+"""Judge service: trajectory verdicts with voting@k, multi-resolution and ensembles."""

@@ -1,0 +1,90 @@
+"""``coda judge``: run the judge service, or calibrate one against labelled trajectories."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from coda.logging import configure_logging
+
+app = typer.Typer(help="The judge service (trajectory verdicts) and its calibration.")
+console = Console(stderr=True)
+
+
+@app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    host: str | None = typer.Option(None, help="listen address (default CODA_JUDGE_HOST)"),
+    port: int | None = typer.Option(None, help="listen port (default CODA_JUDGE_PORT)"),
+) -> None:
+    """Start the judge service with uvicorn (settings from CODA_JUDGE_* variables)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import uvicorn
+
+    from judge_service.app import create_app
+    from judge_service.settings import JudgeSettings
+
+    settings = JudgeSettings()
+    configure_logging(settings.log_level)
+    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
+                log_config=None)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    file: Path = typer.Argument(..., help="JSONL of labelled trajectories"),
+    judge_url: str = typer.Option(..., "--judge-url", help="judge service URL"),
+    votes: int = typer.Option(4, help="voting@k"),
+    multi_resolution: bool = typer.Option(True, help="low-resolution first pass"),
+    max_frames: int = typer.Option(16, help="frames per trajectory"),
+    out: Path | None = typer.Option(None, "--out", help="write the metrics as JSON here"),
+    timeout: float = typer.Option(600.0, help="seconds per judge request"),
+) -> None:
+    """Precision, recall and F1 of the judge service on a labelled set (success = positive)."""
+    from coda.clients.judge import JudgeClient
+    from coda.contracts.services_api import JudgePolicy
+    from judge_service.calibrate import CalibrationError, calibrate, dumps, load_labelled
+
+    try:
+        total = len(load_labelled(file))
+        policy = JudgePolicy(votes=votes, multi_resolution=multi_resolution, max_frames=max_frames)
+    except (CalibrationError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+    async def run() -> str:
+        client = JudgeClient(judge_url, timeout=timeout)
+        try:
+            with Progress(console=console) as progress:
+                task = progress.add_task("judging", total=total)
+                result = await calibrate(file, client, policy,
+                                         on_done=lambda _: progress.advance(task))
+        finally:
+            await client.aclose()
+        m = result.metrics
+        table = Table(title=f"judge calibration on {file.name}")
+        for col in ("n", "TP", "FP", "FN", "TN", "precision", "recall", "F1"):
+            table.add_column(col)
+        table.add_row(str(m.n), str(m.tp), str(m.fp), str(m.fn), str(m.tn),
+                      _fmt(m.precision), _fmt(m.recall), _fmt(m.f1))
+        Console().print(table)
+        return dumps(result)
+
+    try:
+        text = asyncio.run(run())
+    except Exception as exc:  # the CLI reports, it does not dump a traceback
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
+        console.print(f"metrics written to {out}")
