@@ -1,0 +1,102 @@
+"""The `coda` command line as a user runs it: real processes, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.master import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CODA = [sys.executable, "-m", "coda.cli"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CODA, *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_submit_and_status(master, tmp_path):
+    tasks = ROOT / "examples" / "scienceboard" / "VM" / "TeXstudio"
+    out = run("submit", str(tasks), "-k", "2", "--url", master.url,
+              "--token", master.admin_token, "--home", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout)
+    assert created["episodes"] == 2 * len(list(tasks.glob("*.json")))
+    st = run("status", "--url", master.url, "--home", str(tmp_path), "--json")
+    assert st.returncode == 0, st.stderr
+    assert json.loads(st.stdout)["batches"][0]["id"] == created["batch_id"]
+    table = run("status", "--url", master.url, "--home", str(tmp_path))
+    assert "Batches" in table.stdout and "TeXstudio" in table.stdout
+
+
+def test_submit_reports_bad_files_and_refusals(master, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "KAlgebra", "sort": "VM", "steps": 3}')
+    out = run("submit", str(bad), "--url", master.url, "--token", master.admin_token)
+    assert out.returncode == 2 and "instruction" in out.stderr
+    good = ROOT / "examples" / "scienceboard" / "VM" / "Lean"
+    out = run("submit", str(good), "--url", master.url, "--token", "wrong-token-0123456789")
+    assert out.returncode == 1 and "401" in out.stderr
+    out = run("submit", str(good), "--url", f"http://127.0.0.1:{free_port()}", "--token", "x")
+    assert out.returncode == 1 and "cannot reach" in out.stderr
+
+
+def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
+    out = run("master", "--port", str(free_port()),
+              env={"CODA_DATABASE_URL": fresh_database_url, "CODA_REDIS_URL": fresh_redis_url,
+                   "CODA_ADMIN_TOKEN": "change-me-admin"})
+    assert out.returncode == 2 and "refusing to start" in out.stderr
+
+
+@pytest.mark.slow
+def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data(tmp_path):
+    """The Quick start's main job: embedded Postgres + Redis + master + demo batch."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    port = free_port()
+    home = tmp_path / "home"
+
+    def start() -> subprocess.Popen[str]:
+        proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
+                                 "--demo-rollouts", "1"], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                batches = httpx.get(f"http://127.0.0.1:{port}/v1/batches", timeout=2).json()
+                if batches["total"]:
+                    return proc
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.3)
+        proc.kill()
+        raise TimeoutError("coda up did not come up")
+
+    def ctrl_c(proc: subprocess.Popen[str]) -> str:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, output
+        return output
+
+    proc = start()
+    page = httpx.get(f"http://127.0.0.1:{port}/").text
+    assert "scienceboard-demo" in page
+    batch = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["items"][0]
+    assert batch["progress"]["total"] == 102
+    out = ctrl_c(proc)
+    assert "postgres.stopped" in out and "redis.stopped" in out
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+    proc = start()  # a second start keeps the data
+    again = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()
+    assert again["total"] == 1 and again["items"][0]["id"] == batch["id"]
+    assert "already submitted" in ctrl_c(proc)
