@@ -27,7 +27,8 @@ log = get_logger("coda.service")
 
 
 class BodySizeLimit:
-    """Refuse request bodies over ``max_bytes`` with 413 (by header, and while streaming)."""
+    """Refuse request bodies over ``max_bytes`` with 413: by the content-length header, or,
+    for a body without one (chunked), by counting it before the app sees any of it."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -37,29 +38,39 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+        length = next((v for k, v in scope.get("headers", []) if k == b"content-length"), None)
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_bytes:
                 await _too_large(self.max_bytes)(scope, receive, send)
                 return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+            await self.app(scope, receive, send)  # the server enforces the declared length
+            return
+        body, more = bytearray(), True
+        while more:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _BodyTooLarge
-            return msg
+            if msg["type"] != "http.request":
+                await self.app(scope, _replay([msg]), send)
+                return
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+            if len(body) > self.max_bytes:
+                await _too_large(self.max_bytes)(scope, receive, send)
+                return
+        await self.app(scope, _replay([{"type": "http.request", "body": bytes(body)}], receive),
+                       send)
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await _too_large(self.max_bytes)(scope, receive, send)
 
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    pending = list(messages)
 
-class _BodyTooLarge(Exception):
-    pass
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 def _too_large(limit: int) -> JSONResponse:
@@ -82,7 +93,9 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
             return
         try:
-            await asyncio.wait_for(self.sem.acquire(), timeout=self.timeout)
+            if self.timeout == 0 and self.sem.locked():
+                raise TimeoutError
+            await asyncio.wait_for(self.sem.acquire(), timeout=self.timeout or None)
         except TimeoutError:
             code = 429 if self.timeout == 0 else 503
             resp = JSONResponse({"detail": "overloaded, retry later"}, status_code=code,

@@ -1,0 +1,106 @@
+"""What every service shares (coda.service): limits, readiness, metrics, request ids — over
+real HTTP against a uvicorn server in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from coda.service import create_service_app
+from tests.fixtures.master import free_port
+
+
+def _serve(app: Any) -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def _app(**kw: Any) -> Any:
+    state = {"ready": True}
+
+    async def ready() -> dict[str, str]:
+        if not state["ready"]:
+            raise RuntimeError("model not loaded")
+        return {"model": "tiny"}
+
+    app, _ = create_service_app(name="test", version="0", description="d", ready=ready, **kw)
+
+    @app.post("/v1/slow")
+    async def slow(body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(float(body.get("s", 0.5)))
+        return {"ok": True}
+
+    app.state.flags = state
+    return app
+
+
+@pytest.fixture
+def limited() -> Iterator[tuple[str, Any]]:
+    app = _app(max_concurrency=1, queue_timeout_s=0.2, max_body_bytes=2048)
+    for url in _serve(app):
+        yield url, app
+
+
+@pytest.fixture
+def no_waiting_room() -> Iterator[str]:
+    yield from _serve(_app(max_concurrency=1, queue_timeout_s=0))
+
+
+async def _two_at_once(url: str) -> list[int]:
+    async with httpx.AsyncClient(base_url=url) as c:
+        first = asyncio.create_task(c.post("/v1/slow", json={"s": 1.0}))
+        await asyncio.sleep(0.3)
+        second = await c.post("/v1/slow", json={"s": 0})
+        return [(await first).status_code, second.status_code]
+
+
+async def test_overload_answers_503_after_waiting(limited):
+    url, _ = limited
+    assert await _two_at_once(url) == [200, 503]
+
+
+async def test_overload_without_waiting_room_answers_429(no_waiting_room):
+    codes = await _two_at_once(no_waiting_room)
+    assert codes == [200, 429]
+
+
+def test_body_limit_413_by_header_and_while_streaming(limited):
+    url, _ = limited
+    assert httpx.post(f"{url}/v1/slow", content=b"x" * 5000).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no content-length: counted while reading
+        for _ in range(10):
+            yield b" " * 1000
+    r = httpx.post(f"{url}/v1/slow", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_health_readiness_request_id_and_metrics(limited):
+    url, app = limited
+    assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+    assert httpx.get(f"{url}/readyz").status_code == 200
+    app.state.flags["ready"] = False
+    r = httpx.get(f"{url}/readyz")
+    assert r.status_code == 503 and "model not loaded" in r.text
+    r = httpx.post(f"{url}/v1/slow", json={"s": 0}, headers={"x-request-id": "abc123"})
+    assert r.headers["x-request-id"] == "abc123"
+    assert httpx.post(f"{url}/v1/slow", json={"s": 0}).headers["x-request-id"]
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'http_requests_total{code="200",method="POST",route="/v1/slow"}' in metrics
+    assert "http_request_seconds_bucket" in metrics
