@@ -33,12 +33,3 @@ class Keys:
     @property
     def maintenance_lock(self) -> str:
         return f"{self.prefix}:lock:maintenance"
-
-    @property
-    def reconcile_due(self) -> str:
-        """Exists while the last reconcile is recent enough."""
-        return f"{self.prefix}:reconcile:recent"
-
-    def worker_seen(self) -> str:
-        """HASH worker id -> last heartbeat (unix s), flushed to Postgres by maintenance."""
-        return f"{self.prefix}:workers:seen"
