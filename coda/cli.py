@@ -149,7 +149,8 @@ async def _submit_demo(url: str, token: str, rollouts: int) -> None:
             return
         tasks = load_tasks(DEMO_TASKS)
         created = await client.create_batch(BatchCreate(
-            name="scienceboard-demo", tasks=[t.to_native() for t in tasks], rollouts=rollouts))
+            name="scienceboard-demo", tasks=[t.model_dump(mode="json") for t in tasks],
+            rollouts=rollouts))
         console.print(f"submitted demo batch {created.batch.id}: {len(tasks)} ScienceBoard tasks "
                       f"x {rollouts} rollouts = {created.batch.progress.total} episodes")
 
@@ -182,7 +183,8 @@ def submit(
     async def go() -> Any:
         async with MasterClient(url, token=_admin_token(token, home)) as client:
             return await client.create_batch(BatchCreate(
-                name=name or path.name, tasks=[t.to_native() for t in tasks], rollouts=rollouts,
+                name=name or path.name, tasks=[t.model_dump(mode="json") for t in tasks],
+                rollouts=rollouts,
                 priority=priority))
 
     try:

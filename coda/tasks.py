@@ -167,7 +167,7 @@ def parse_task(
 def _sb_id(path: str | None, doc: dict[str, Any]) -> str:
     if path:
         p = Path(path)
-        return f"{p.parent.name}/{p.stem}"
+        return f"{p.parent.name or doc.get('type', 'task')}/{p.stem}"
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
     return f"{doc.get('type', 'task')}/{digest}"
 

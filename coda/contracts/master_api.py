@@ -21,7 +21,8 @@ class BatchCreate(BaseModel):
 
     name: str | None = Field(default=None, max_length=200)
     tasks: list[dict[str, Any]] = Field(
-        min_length=1, description="task documents: ScienceBoard, OSWorld or CODA TaskSpec JSON"
+        min_length=1, description="task documents: CODA TaskSpec JSON (keeps ids and sources), "
+        "or raw ScienceBoard / OSWorld task JSON"
     )
     rollouts: int = Field(default=1, ge=1, le=MAX_ROLLOUTS)
     priority: int = Field(default=0, ge=-1000, le=1000, description="higher runs first")

@@ -19,13 +19,17 @@ from master.state import State
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 
-def _parse_tasks(docs: list[dict[str, Any]]) -> list[TaskSpec]:
+def _parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> list[TaskSpec]:
+    """Task documents -> specs; a raw ScienceBoard document gets its id from the uploaded file
+    name (one document) or from its content."""
     tasks, errors = [], []
+    path = filename if len(docs) == 1 else None
     for i, doc in enumerate(docs):
         try:
-            tasks.append(parse_task(doc, path=f"tasks[{i}]"))
+            tasks.append(parse_task(doc, path=path))
         except TaskLoadError as exc:
-            errors.append({"loc": ["body", "tasks", i], "msg": str(exc), "type": "task_invalid"})
+            errors.append({"loc": ["body", "tasks", i], "msg": f"tasks[{i}]: {exc}",
+                           "type": "task_invalid"})
     if errors:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, errors)
     ids = [t.id for t in tasks]
@@ -71,7 +75,8 @@ async def upload_batch(
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                              for e in exc.errors()]) from exc
-    batch, episodes = await batches.create(core.engine, core.queue, spec, _parse_tasks(docs))
+    batch, episodes = await batches.create(core.engine, core.queue, spec,
+                                           _parse_tasks(docs, file.filename))
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 

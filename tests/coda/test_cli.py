@@ -34,6 +34,9 @@ def test_submit_and_status(master, tmp_path):
     st = run("status", "--url", master.url, "--home", str(tmp_path), "--json")
     assert st.returncode == 0, st.stderr
     assert json.loads(st.stdout)["batches"][0]["id"] == created["batch_id"]
+    episodes = httpx.get(f"{master.url}/v1/episodes", params={"limit": 1000}).json()["items"]
+    want = {f"TeXstudio/{f.stem}" for f in tasks.glob("*.json")}
+    assert {e["task_id"] for e in episodes} == want  # ids survive the trip
     table = run("status", "--url", master.url, "--home", str(tmp_path))
     assert "Batches" in table.stdout and "TeXstudio" in table.stdout
 

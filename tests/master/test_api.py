@@ -84,6 +84,8 @@ def test_upload_batch_file_and_bad_json(master, tmp_path):
                    files={"file": (f.name, f.read_bytes())}, data={"rollouts": "3"})
     assert r.status_code == 201, r.text
     assert r.json()["batch"]["progress"]["total"] == 3
+    ep = httpx.get(f"{master.url}/v1/episodes").json()["items"][0]
+    assert ep["task_id"] == f"Lean/{f.stem}" and ep["app"] == "Lean"
     r = httpx.post(f"{master.url}/v1/batches/upload", headers=h,
                    files={"file": ("x.json", b"{not json")})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "file"]
