@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -130,10 +131,9 @@ def up(
                     await _submit_demo(url, tokens["admin_token"], demo_rollouts)
             await task
 
-        try:
+        # uvicorn re-raises the Ctrl-C it handled; we are stopping anyway
+        with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve())
-        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled; we are stopping
-            pass
     console.print("stopped: master, Postgres and Redis")
 
 

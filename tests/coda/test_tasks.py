@@ -59,7 +59,8 @@ def test_osworld_task_maps_and_round_trips():
     assert task.source.format is TaskFormat.OSWORLD
     assert task.id == OSWORLD["id"] and task.app == "chrome"
     assert [s.func for s in task.setup] == ["launch", "launch"]
-    assert task.setup[0].model_extra == {"command": ["google-chrome", "--remote-debugging-port=1337"]}
+    assert task.setup[0].model_extra == {
+        "command": ["google-chrome", "--remote-debugging-port=1337"]}
     assert task.evaluators[0].type == "osworld"
     assert task.evaluators[0].model_extra["func"] == "match_in_list"  # type: ignore[index]
     assert task.to_native() == OSWORLD
