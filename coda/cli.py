@@ -7,8 +7,9 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import httpx
 import typer
@@ -16,6 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from coda.logging import configure_logging, get_logger
+
+if TYPE_CHECKING:
+    from coda.clients.master import MasterClient
+
+T = TypeVar("T")
 
 app = typer.Typer(help="CODA: run, judge and train computer-use agents for scientific software.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -68,6 +74,26 @@ def _admin_token(token: str | None, home: Path) -> str | None:
         return os.environ["CODA_ADMIN_TOKEN"]
     path = home / "secrets.json"
     return str(json.loads(path.read_text())["admin_token"]) if path.exists() else None
+
+
+def _call_master(url: str, token: str | None,
+                 call: Callable[[MasterClient], Awaitable[T]]) -> T:
+    """Run one client call; a refusal or an unreachable master is a clear message and exit 1."""
+    from coda.clients.base import ServiceError
+    from coda.clients.master import MasterClient
+
+    async def go() -> T:
+        async with MasterClient(url, token=token) as client:
+            return await call(client)
+
+    try:
+        return asyncio.run(go())
+    except ServiceError as exc:
+        console.print(f"[red]master refused the request ({exc.status}):[/] {exc.detail}")
+        raise typer.Exit(1) from exc
+    except (OSError, httpx.TransportError) as exc:
+        console.print(f"[red]cannot reach the master at {url}:[/] {exc}")
+        raise typer.Exit(1) from exc
 
 
 @app.command()
@@ -166,8 +192,6 @@ def submit(
     home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
 ) -> None:
     """Submit tasks as a batch of episodes."""
-    from coda.clients.base import ServiceError
-    from coda.clients.master import MasterClient
     from coda.contracts.master_api import BatchCreate
     from coda.tasks import TaskLoadError, load_tasks
 
@@ -180,21 +204,9 @@ def submit(
         console.print(f"[red]{path}: no task files found[/]")
         raise typer.Exit(2)
 
-    async def go() -> Any:
-        async with MasterClient(url, token=_admin_token(token, home)) as client:
-            return await client.create_batch(BatchCreate(
-                name=name or path.name, tasks=[t.model_dump(mode="json") for t in tasks],
-                rollouts=rollouts,
-                priority=priority))
-
-    try:
-        created = asyncio.run(go())
-    except ServiceError as exc:
-        console.print(f"[red]master refused the batch ({exc.status}):[/] {exc.detail}")
-        raise typer.Exit(1) from exc
-    except (OSError, httpx.TransportError) as exc:
-        console.print(f"[red]cannot reach the master at {url}:[/] {exc}")
-        raise typer.Exit(1) from exc
+    spec = BatchCreate(name=name or path.name, tasks=[t.model_dump(mode="json") for t in tasks],
+                       rollouts=rollouts, priority=priority)
+    created = _call_master(url, _admin_token(token, home), lambda m: m.create_batch(spec))
     typer.echo(json.dumps({"batch_id": str(created.batch.id),
                            "episodes": created.batch.progress.total}))
 
@@ -207,21 +219,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="print the raw JSON")] = False,
 ) -> None:
     """Show batches, scores (Average@k / Pass@k), queues and workers."""
-    from coda.clients.base import ServiceError
-    from coda.clients.master import MasterClient
-
-    async def go() -> Any:
-        async with MasterClient(url, token=_admin_token(token, home)) as client:
-            return await client.status()
-
-    try:
-        report = asyncio.run(go())
-    except ServiceError as exc:
-        console.print(f"[red]master refused ({exc.status}):[/] {exc.detail}")
-        raise typer.Exit(1) from exc
-    except (OSError, httpx.TransportError) as exc:
-        console.print(f"[red]cannot reach the master at {url}:[/] {exc}")
-        raise typer.Exit(1) from exc
+    report = _call_master(url, _admin_token(token, home), lambda m: m.status())
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return
