@@ -7,11 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
-from sqlalchemy import text
 
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
@@ -20,6 +20,7 @@ from coda.service import create_service_app
 from coda.tasks import TaskLoadError
 from master import batches, jobs, maintenance, workers
 from master.db.migrate import upgrade
+from master.db.pg import make_pool
 from master.db.session import make_engine
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
@@ -43,9 +44,12 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if migrate:
             await upgrade(s.database_url)
-        engine = make_engine(s.database_url, pool_size=s.db_pool_size)
-        redis = aioredis.from_url(s.redis_url, max_connections=200)
-        core = AppState(settings=s, engine=engine, redis=redis,
+        engine = make_engine(s.database_url, pool_size=max(2, s.db_pool_size // 2))
+        pg = await make_pool(s.database_url, size=s.db_pool_size)
+        # a blocking pool: past max_connections a caller waits for a connection, not an error
+        redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+            s.redis_url, max_connections=s.redis_max_connections, timeout=30))
+        core = AppState(settings=s, engine=engine, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
                         metrics=metrics)
@@ -61,12 +65,12 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
             stop.set()
             await loop
             await redis.aclose()
+            await pg.close()
             await engine.dispose()
 
     async def ready() -> dict[str, str]:
         core = holder["core"]
-        async with core.engine.connect() as conn:
-            await conn.execute(text("select 1"))
+        await core.pg.fetchval("select 1")
         await core.redis.ping()
         return {"postgres": "ok", "redis": "ok", "queue_built": str(await core.queue.is_built())}
 
@@ -97,6 +101,17 @@ def _errors(app: FastAPI) -> None:
     app.add_exception_handler(ArtifactError, handler(400))
     app.add_exception_handler(TaskLoadError, handler(422))
     app.add_exception_handler(RedisError, handler(503))
+    # Postgres unreachable or restarted under us: clients retry on 503
+    app.add_exception_handler(asyncpg.exceptions.ConnectionDoesNotExistError, handler(503))
+    app.add_exception_handler(asyncpg.exceptions.CannotConnectNowError, handler(503))
+    app.add_exception_handler(asyncpg.exceptions.InterfaceError, handler(503))
+    app.add_exception_handler(ConnectionError, handler(503))
+
+    async def invalid_result(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, jobs.InvalidResult)
+        return JSONResponse({"detail": exc.errors}, status_code=422)
+
+    app.add_exception_handler(jobs.InvalidResult, invalid_result)
 
 
 def main() -> None:  # pragma: no cover - thin wrapper for `python -m master.app`

@@ -31,12 +31,12 @@ def _role(request: Request, creds: HTTPAuthorizationCredentials | None) -> Role:
                         headers={"WWW-Authenticate": "Bearer"})
 
 
-def _caller(request: Request,
-            creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Role:
+async def _caller(request: Request,
+                  creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Role:
     return _role(request, creds)
 
 
-def require_admin(role: Annotated[Role, Depends(_caller)]) -> Role:
+async def require_admin(role: Annotated[Role, Depends(_caller)]) -> Role:
     if role is Role.ANONYMOUS:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "admin token required",
                             headers={"WWW-Authenticate": "Bearer"})
@@ -45,14 +45,14 @@ def require_admin(role: Annotated[Role, Depends(_caller)]) -> Role:
     return role
 
 
-def require_worker(role: Annotated[Role, Depends(_caller)]) -> Role:
+async def require_worker(role: Annotated[Role, Depends(_caller)]) -> Role:
     if role is Role.ANONYMOUS:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "worker token required",
                             headers={"WWW-Authenticate": "Bearer"})
     return role
 
 
-def require_reader(request: Request, role: Annotated[Role, Depends(_caller)]) -> Role:
+async def require_reader(request: Request, role: Annotated[Role, Depends(_caller)]) -> Role:
     if role is Role.ANONYMOUS and not request.app.state.settings.public_status:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "token required",
                             headers={"WWW-Authenticate": "Bearer"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
+import asyncpg
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from coda.contracts.master_api import BatchCreate
@@ -30,7 +30,7 @@ class BatchNotFound(Exception):
     pass
 
 
-async def create(engine: AsyncEngine, queue: RedisQueue, spec: BatchCreate,
+async def create(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue, spec: BatchCreate,
                  tasks: list[TaskSpec]) -> tuple[Batch, list[uuid.UUID]]:
     batch_id = uuid.uuid4()
     task_rows, episode_rows, new_jobs = [], [], []
@@ -49,23 +49,22 @@ async def create(engine: AsyncEngine, queue: RedisQueue, spec: BatchCreate,
             episode_rows.append({"id": ep, "batch_id": batch_id, "task_row_id": task_row,
                                  "job_id": job, "task_id": task.id, "app": task.app,
                                  "rollout": k, "planner_version": spec.planner_version})
-    async with engine.begin() as conn:
-        await conn.execute(text(
+    async with pg.acquire() as conn, conn.transaction():
+        await conn.execute(
             "insert into batches (id, name, status, priority, rollouts, planner_version) "
-            "values (:id, :name, 'running', :p, :k, :v)"),
-            {"id": batch_id, "name": spec.name, "p": spec.priority, "k": spec.rollouts,
-             "v": spec.planner_version})
-        await conn.execute(text(
-            "insert into tasks (id, batch_id, task_id, app, spec) "
-            "values (:id, :batch_id, :task_id, :app, :spec)"
-        ).bindparams(bindparam("spec", type_=JSONB)), task_rows)
+            "values ($1, $2, 'running', $3, $4, $5)",
+            batch_id, spec.name, spec.priority, spec.rollouts, spec.planner_version)
+        await conn.executemany(
+            "insert into tasks (id, batch_id, task_id, app, spec) values ($1, $2, $3, $4, $5)",
+            [(t["id"], t["batch_id"], t["task_id"], t["app"], t["spec"]) for t in task_rows])
         await jobs.insert_jobs(conn, new_jobs)
-        await conn.execute(text(
+        await conn.executemany(
             "insert into episodes (id, batch_id, task_row_id, job_id, task_id, app, rollout, "
-            "status, attempts, planner_version) values (:id, :batch_id, :task_row_id, :job_id, "
-            ":task_id, :app, :rollout, 'queued', 0, :planner_version)"), episode_rows)
-    async with engine.connect() as conn:
-        await jobs.publish(conn, queue, [j.id for j in new_jobs])
+            "status, attempts, planner_version) values ($1, $2, $3, $4, $5, $6, $7, 'queued', "
+            "0, $8)",
+            [(e["id"], e["batch_id"], e["task_row_id"], e["job_id"], e["task_id"], e["app"],
+              e["rollout"], e["planner_version"]) for e in episode_rows])
+    await jobs.publish(pg, queue, [j.id for j in new_jobs])
     batch = await get(engine, batch_id)
     return batch, [uuid.UUID(str(e["id"])) for e in episode_rows]
 
@@ -117,12 +116,13 @@ async def list_batches(engine: AsyncEngine, *, limit: int, offset: int) -> tuple
     return await _batches(engine, "", {}, limit=limit, offset=offset)
 
 
-async def cancel(engine: AsyncEngine, queue: RedisQueue, batch_id: uuid.UUID) -> Batch:
+async def cancel(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue,
+                 batch_id: uuid.UUID) -> Batch:
     await get(engine, batch_id)
     async with engine.begin() as conn:
         await conn.execute(text("update batches set status = 'cancelled' where id = :id"),
                            {"id": batch_id})
-    await jobs.cancel_jobs(engine, queue, batch_id=batch_id)
+    await jobs.cancel_jobs(pg, queue, batch_id=batch_id)
     return await get(engine, batch_id)
 
 

@@ -6,29 +6,27 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from coda.contracts.training import Group, GroupRecord, GroupStatus
 from master.jobs import LeaseLost, new_token
 
-_INSERT = text(
-    "insert into groups (id, status, planner_version, body) values (:id, 'ready', :v, :body)"
-).bindparams(bindparam("body", type_=JSONB))
 
-
-async def insert_group(conn: AsyncConnection, body: dict[str, Any]) -> uuid.UUID:
+async def insert_group_pg(conn: asyncpg.Connection | asyncpg.Pool,
+                          body: dict[str, Any]) -> uuid.UUID:
+    """Store a ready group (validated) through the asyncpg pool or a connection."""
     group = Group.model_validate(body)
     gid = uuid.uuid4()
-    await conn.execute(_INSERT, {"id": gid, "v": group.planner_version,
-                                 "body": group.model_dump(mode="json")})
+    await conn.execute(
+        "insert into groups (id, status, planner_version, body) values ($1, 'ready', $2, $3)",
+        gid, group.planner_version, group.model_dump(mode="json"))
     return gid
 
 
-async def create(engine: AsyncEngine, group: Group) -> uuid.UUID:
-    async with engine.begin() as conn:
-        return await insert_group(conn, group.model_dump(mode="json"))
+async def create(pg: asyncpg.Pool, group: Group) -> uuid.UUID:
+    return await insert_group_pg(pg, group.model_dump(mode="json"))
 
 
 def _record(r: Any) -> GroupRecord:

@@ -2,7 +2,11 @@
 
 Postgres decides (a transition happens only if the row still carries the caller's lease
 token); Redis only orders ready jobs and indexes lease expiry. Every transition of an
-``episode`` job is mirrored on its episode row in the same transaction.
+``episode`` job is mirrored on its episode row in the same statement or transaction.
+
+This is the master's hot path (every environment slot calls it every few seconds), so it
+talks to Postgres through a raw asyncpg pool (``master.db.pg``) with one round trip per call
+where it can; the rest of the master uses SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -10,26 +14,20 @@ from __future__ import annotations
 import secrets
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import asyncpg
 
-from coda.contracts.records import (
-    EpisodeResult,
-    EpisodeStatus,
-    Job,
-    JobKind,
-    JobStatus,
-    Step,
-)
+from coda.contracts.records import EpisodeResult, Job, JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master.queue.redis_queue import RedisQueue
 
 log = get_logger("coda.master.jobs")
+
+Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
 class LeaseLost(Exception):
@@ -44,6 +42,14 @@ class LeaseLost(Exception):
 
 class JobNotFound(Exception):
     pass
+
+
+class InvalidResult(ValueError):
+    """A completion whose result does not fit the job's kind (nothing was changed)."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__("invalid result")
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -64,57 +70,54 @@ def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-_INSERT_JOB = text(
-    "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, batch_id) "
-    "values (:id, :kind, 'queued', :priority, :payload, 0, :max_attempts, :batch_id)"
-).bindparams(bindparam("payload", type_=JSONB))
-
-
-async def insert_jobs(conn: AsyncConnection, jobs: list[NewJob]) -> None:
+async def insert_jobs(conn: Conn, jobs: list[NewJob]) -> None:
     if jobs:
-        await conn.execute(_INSERT_JOB, [
-            {"id": j.id, "kind": j.kind.value, "priority": j.priority, "payload": j.payload,
-             "max_attempts": j.max_attempts, "batch_id": j.batch_id} for j in jobs])
+        await conn.executemany(
+            "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, "
+            "batch_id) values ($1, $2, 'queued', $3, $4, 0, $5, $6)",
+            [(j.id, j.kind.value, j.priority, j.payload, j.max_attempts, j.batch_id)
+             for j in jobs])
 
 
-async def publish(conn: AsyncConnection, queue: RedisQueue, job_ids: list[uuid.UUID]) -> None:
+async def publish(pg: Conn, queue: RedisQueue, job_ids: Iterable[uuid.UUID]) -> None:
     """Push committed queued jobs to Redis (idempotent)."""
-    if not job_ids:
+    ids = list(job_ids)
+    if not ids:
         return
-    rows = (await conn.execute(
-        text("select id, kind, priority, seq from jobs where id = any(:ids) and status = 'queued'"),
-        {"ids": job_ids})).all()
+    rows = await pg.fetch(
+        "select id, kind, priority, seq from jobs where id = any($1) and status = 'queued'", ids)
     by_kind: dict[str, list[tuple[str, int, int]]] = {}
     for r in rows:
-        by_kind.setdefault(r.kind, []).append((str(r.id), r.priority, r.seq))
+        by_kind.setdefault(r["kind"], []).append((str(r["id"]), r["priority"], r["seq"]))
     for kind, items in by_kind.items():
         await queue.push(kind, items)
 
 
-async def enqueue(engine: AsyncEngine, queue: RedisQueue, jobs: list[NewJob]) -> None:
-    async with engine.begin() as conn:
+async def enqueue(pg: asyncpg.Pool, queue: RedisQueue, jobs: list[NewJob]) -> None:
+    async with pg.acquire() as conn, conn.transaction():
         await insert_jobs(conn, jobs)
-    async with engine.connect() as conn:
-        await publish(conn, queue, [j.id for j in jobs])
+    await publish(pg, queue, [j.id for j in jobs])
 
 
-_CLAIM = text(
-    "update jobs set status = 'leased', lease_token = v.token, attempts = jobs.attempts + 1, "
-    "worker_id = :worker, lease_expires_at = :expires, updated_at = now() "
-    "from (select unnest(cast(:ids as uuid[])) as id, unnest(cast(:tokens as text[])) as token) v "
-    "where jobs.id = v.id and jobs.status = 'queued' "
-    "returning jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.lease_token"
-)
-
-_EPISODES_RUNNING = text(
-    "update episodes set status = 'running', attempts = j.attempts, error = null, "
-    "started_at = coalesce(episodes.started_at, now()), updated_at = now() "
-    "from jobs j where j.id = episodes.job_id and j.id = any(:ids)"
+# One statement: claim the popped jobs that are still queued and mirror it on their episodes.
+_CLAIM = (
+    "with claimed as ("
+    " update jobs set status = 'leased', lease_token = v.token, attempts = jobs.attempts + 1,"
+    " worker_id = $3, lease_expires_at = $4, updated_at = now()"
+    " from unnest($1::uuid[], $2::text[]) as v(id, token)"
+    " where jobs.id = v.id and jobs.status = 'queued'"
+    " returning jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
+    " jobs.lease_token), "
+    "running as ("
+    " update episodes set status = 'running', attempts = c.attempts, error = null,"
+    " started_at = coalesce(episodes.started_at, now()), updated_at = now()"
+    " from claimed c where c.id = episodes.job_id and c.kind = 'episode') "
+    "select * from claimed"
 )
 
 
 async def lease(
-    engine: AsyncEngine, queue: RedisQueue, *, worker_id: uuid.UUID, kind: JobKind,
+    pg: asyncpg.Pool, queue: RedisQueue, *, worker_id: uuid.UUID, kind: JobKind,
     capacity: int, ttl_s: float,
 ) -> list[Job]:
     """Hand out up to ``capacity`` ready jobs of ``kind``; each gets a fresh token."""
@@ -124,206 +127,210 @@ async def lease(
     if not ids:
         return []
     token_of = dict(zip(ids, tokens, strict=False))
-    async with engine.begin() as conn:
-        rows = (await conn.execute(_CLAIM, {
-            "ids": [uuid.UUID(i) for i in ids], "tokens": [token_of[i] for i in ids],
-            "worker": worker_id, "expires": expires})).all()
-        if kind is JobKind.EPISODE and rows:
-            await conn.execute(_EPISODES_RUNNING, {"ids": [r.id for r in rows]})
+    rows = await pg.fetch(_CLAIM, [uuid.UUID(i) for i in ids], [token_of[i] for i in ids],
+                          worker_id, expires)
     rank = {i: n for n, i in enumerate(ids)}
-    rows = sorted(rows, key=lambda r: rank[str(r.id)])  # queue order, not Postgres' order
-    granted = {str(r.id) for r in rows}
+    rows = sorted(rows, key=lambda r: rank[str(r["id"])])  # queue order, not Postgres' order
+    granted = {str(r["id"]) for r in rows}
     for stray in set(ids) - granted:  # cancelled or finished meanwhile: drop the Redis lease
         await queue.release(stray, token_of[stray])
-    return [Job(id=r.id, kind=JobKind(r.kind), lease_token=r.lease_token, lease_expires_at=expires,
-                attempt=r.attempts, max_attempts=r.max_attempts, payload=r.payload) for r in rows]
+    return [Job(id=r["id"], kind=JobKind(r["kind"]), lease_token=r["lease_token"],
+                lease_expires_at=expires, attempt=r["attempts"], max_attempts=r["max_attempts"],
+                payload=r["payload"]) for r in rows]
 
 
-async def _status(conn: AsyncConnection, job_id: uuid.UUID) -> str:
-    row = (await conn.execute(text("select status from jobs where id = :id"),
-                              {"id": job_id})).first()
-    if row is None:
+async def _lost(pg: Conn, job_id: uuid.UUID) -> LeaseLost:
+    status = await pg.fetchval("select status from jobs where id = $1", job_id)
+    if status is None:
         raise JobNotFound(str(job_id))
-    return str(row.status)
+    return LeaseLost(job_id, status)
 
 
 async def heartbeat(
-    engine: AsyncEngine, queue: RedisQueue, *, job_id: uuid.UUID, token: str, ttl_s: float,
+    pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str, ttl_s: float,
 ) -> datetime:
     """Extend a lease. Before a rebuild after Redis data loss, Postgres vouches for the token."""
     expires = datetime.now(UTC) + timedelta(seconds=ttl_s)
     if await queue.heartbeat(str(job_id), token, _ms(expires)):
         return expires
-    async with engine.connect() as conn:
-        row = (await conn.execute(
-            text("select status, lease_token from jobs where id = :id"), {"id": job_id})).first()
+    row = await pg.fetchrow("select status, lease_token from jobs where id = $1", job_id)
     if row is None:
         raise JobNotFound(str(job_id))
-    if row.status == JobStatus.LEASED and row.lease_token == token and not await queue.is_built():
+    if (row["status"] == JobStatus.LEASED and row["lease_token"] == token
+            and not await queue.is_built()):
         return expires
-    raise LeaseLost(job_id, row.status)
+    raise LeaseLost(job_id, row["status"])
 
 
-_STEP = text(
+_STEP = (
     "insert into steps (episode_id, attempt, idx, body) "
-    "select e.id, j.attempts, :idx, :body from jobs j join episodes e on e.job_id = j.id "
-    "where j.id = :job and j.lease_token = :token and j.status = 'leased' "
+    "select e.id, j.attempts, $3::int, $4::jsonb from jobs j join episodes e on e.job_id = j.id "
+    "where j.id = $1 and j.lease_token = $2 and j.status = 'leased' "
     "on conflict (episode_id, attempt, idx) do update set body = excluded.body "
     "returning episode_id"
-).bindparams(bindparam("body", type_=JSONB))
+)
 
 
-async def report_step(engine: AsyncEngine, *, job_id: uuid.UUID, token: str, step: Step) -> None:
+async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: Step) -> None:
     """Store a step of the episode this job runs (idempotent per attempt and index)."""
     body = step.model_dump(mode="json", exclude={"created_at"})
-    async with engine.begin() as conn:
-        row = (await conn.execute(_STEP, {"job": job_id, "token": token, "idx": step.index,
-                                          "body": body})).first()
-        if row is None:
-            raise LeaseLost(job_id, await _status(conn, job_id))
+    if await pg.fetchval(_STEP, job_id, token, step.index, body) is None:
+        raise await _lost(pg, job_id)
 
 
-_FINISH = text(
-    "update jobs set status = :status, result = :result, error = :error, lease_token = null, "
+_FINISH = (
+    "update jobs set status = 'succeeded', result = $3, error = null, lease_token = null, "
     "lease_expires_at = null, updated_at = now() "
-    "where id = :id and lease_token = :token and status = 'leased' "
-    "returning id, kind, payload, attempts, max_attempts"
-).bindparams(bindparam("result", type_=JSONB))
+    "where id = $1 and lease_token = $2 and status = 'leased' returning kind"
+)
 
 
 async def complete(
-    engine: AsyncEngine, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
+    pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
     result: dict[str, Any],
-) -> None:
-    async with engine.begin() as conn:
-        row = (await conn.execute(_FINISH, {"id": job_id, "token": token, "result": result,
-                                            "status": JobStatus.SUCCEEDED.value,
-                                            "error": None})).first()
-        if row is None:
-            raise LeaseLost(job_id, await _status(conn, job_id))
-        if row.kind == JobKind.EPISODE:
-            res = EpisodeResult.model_validate(result)
-            await conn.execute(text(
-                "update episodes set status = 'completed', success = :success, score = :score, "
-                "answer = :answer, result = :result, finished_at = now(), updated_at = now() "
-                "where job_id = :id").bindparams(bindparam("result", type_=JSONB)),
-                {"id": job_id, "success": res.success, "answer": res.answer, "result": result,
-                 "score": res.score if res.score is not None else (
-                     None if res.success is None else float(res.success))})
-        elif row.kind == JobKind.GROUP and isinstance(result.get("group"), dict):
-            from master.groups import insert_group  # local: groups import jobs helpers
+) -> JobKind:
+    """Finish a leased job with its result; an episode result is validated first (422 without
+    any change when it does not fit)."""
+    async with pg.acquire() as conn, conn.transaction():
+        kind = await conn.fetchval(_FINISH, job_id, token, result)
+        if kind is None:
+            raise await _lost(conn, job_id)
+        if kind == JobKind.EPISODE:
+            res = _episode_result(result)
+            score = res.score if res.score is not None else (
+                None if res.success is None else float(res.success))
+            await conn.execute(
+                "update episodes set status = 'completed', success = $2, score = $3, "
+                "answer = $4, result = $5, finished_at = now(), updated_at = now() "
+                "where job_id = $1", job_id, res.success, score, res.answer, result)
+        elif kind == JobKind.GROUP and isinstance(result.get("group"), dict):
+            from master.groups import insert_group_pg  # groups import this module
 
-            await insert_group(conn, result["group"])
+            await insert_group_pg(conn, result["group"])
     await queue.release(str(job_id), token)
+    return JobKind(kind)
+
+
+def _episode_result(result: dict[str, Any]) -> EpisodeResult:
+    from pydantic import ValidationError
+
+    try:
+        return EpisodeResult.model_validate(result)
+    except ValidationError as exc:  # rolls the transaction back: nothing changes
+        raise InvalidResult([{"loc": ["body", "result", *e["loc"]], "msg": e["msg"],
+                              "type": e["type"]} for e in exc.errors()]) from exc
 
 
 async def fail(
-    engine: AsyncEngine, queue: RedisQueue, *, job_id: uuid.UUID, token: str, error: str,
+    pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str, error: str,
     retry: bool,
 ) -> JobStatus:
     """The worker gave up on this attempt: requeue while attempts remain, else fail the job."""
-    async with engine.begin() as conn:
-        row = (await conn.execute(text(
+    async with pg.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
             "select attempts, max_attempts from jobs "
-            "where id = :id and lease_token = :token and status = 'leased' for update"),
-            {"id": job_id, "token": token})).first()
+            "where id = $1 and lease_token = $2 and status = 'leased' for update", job_id, token)
         if row is None:
-            raise LeaseLost(job_id, await _status(conn, job_id))
-        final = not retry or row.attempts >= row.max_attempts
-        reason = error if not final or not retry else (
-            f"{error} (gave up after {row.attempts} attempts)")
+            raise await _lost(conn, job_id)
+        final = not retry or row["attempts"] >= row["max_attempts"]
+        reason = f"{error} (gave up after {row['attempts']} attempts)" if final and retry \
+            else error
         status = await _settle(conn, [job_id], final=final, error=reason)
     await queue.release(str(job_id), token)
     if status is JobStatus.QUEUED:
-        async with engine.connect() as conn:
-            await publish(conn, queue, [job_id])
+        await publish(pg, queue, [job_id])
     return status
 
 
-async def _settle(conn: AsyncConnection, job_ids: list[uuid.UUID], *, final: bool,
+async def _settle(conn: Conn, job_ids: list[uuid.UUID], *, final: bool,
                   error: str) -> JobStatus:
     """Move leased jobs back to queued, or to failed when ``final``; mirror on episodes."""
     status = JobStatus.FAILED if final else JobStatus.QUEUED
-    await conn.execute(text(
-        "update jobs set status = :status, error = :error, lease_token = null, "
-        "lease_expires_at = null, worker_id = null, updated_at = now() where id = any(:ids)"),
-        {"status": status.value, "error": error, "ids": job_ids})
-    ep_status = EpisodeStatus.FAILED if final else EpisodeStatus.QUEUED
-    await conn.execute(text(
-        "update episodes set status = :status, error = :error, updated_at = now(), "
-        "finished_at = case when :final then now() else null end where job_id = any(:ids)"),
-        {"status": ep_status.value, "error": error, "ids": job_ids, "final": final})
+    await conn.execute(
+        "update jobs set status = $1, error = $2, lease_token = null, lease_expires_at = null, "
+        "worker_id = null, updated_at = now() where id = any($3)", status.value, error, job_ids)
+    await conn.execute(
+        "update episodes set status = $1, error = $2, updated_at = now(), "
+        "finished_at = case when $4 then now() else null end where job_id = any($3)",
+        "failed" if final else "queued", error, job_ids, final)
     return status
 
 
-async def expire_leases(engine: AsyncEngine, queue: RedisQueue, *, limit: int = 1000) -> int:
+async def job_kind(pg: asyncpg.Pool, job_id: uuid.UUID) -> JobKind:
+    kind = await pg.fetchval("select kind from jobs where id = $1", job_id)
+    if kind is None:
+        raise JobNotFound(str(job_id))
+    return JobKind(kind)
+
+
+async def expire_leases(pg: asyncpg.Pool, queue: RedisQueue, *, limit: int = 1000) -> int:
     """Requeue (attempt+1) or fail jobs whose lease ran out. Returns how many were handled."""
     claimed = await queue.claim_expired(int(time.time() * 1000), limit)
     if not claimed:
         return 0
-    ids = [uuid.UUID(i) for i, _ in claimed]
     token_of = {uuid.UUID(i): t for i, t in claimed}
     requeue: list[uuid.UUID] = []
-    async with engine.begin() as conn:
-        rows = (await conn.execute(text(
+    retry: list[uuid.UUID] = []
+    dead: list[asyncpg.Record] = []
+    async with pg.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(
             "select id, status, lease_token, attempts, max_attempts from jobs "
-            "where id = any(:ids) for update"), {"ids": ids})).all()
-        retry, dead = [], []
+            "where id = any($1) for update", list(token_of))
         for r in rows:
-            if r.status == JobStatus.QUEUED:  # popped but never claimed (master died between)
-                requeue.append(r.id)
-            elif r.status == JobStatus.LEASED and r.lease_token == token_of[r.id]:
-                (dead if r.attempts >= r.max_attempts else retry).append(r)
+            if r["status"] == JobStatus.QUEUED:  # popped, never claimed (master died between)
+                requeue.append(r["id"])
+            elif r["status"] == JobStatus.LEASED and r["lease_token"] == token_of[r["id"]]:
+                if r["attempts"] >= r["max_attempts"]:
+                    dead.append(r)
+                else:
+                    retry.append(r["id"])
         if retry:
-            await _settle(conn, [r.id for r in retry], final=False, error="lease expired")
-            requeue += [r.id for r in retry]
+            await _settle(conn, retry, final=False, error="lease expired")
+            requeue += retry
         for r in dead:
-            await _settle(conn, [r.id], final=True,
-                          error=f"lease expired on attempt {r.attempts} of {r.max_attempts}")
-    async with engine.connect() as conn:
-        await publish(conn, queue, requeue)
+            await _settle(conn, [r["id"]], final=True,
+                          error=f"lease expired on attempt {r['attempts']} of {r['max_attempts']}")
+    await publish(pg, queue, requeue)
     if retry or dead:
         log.info("leases expired", requeued=len(retry), failed=len(dead))
     return len(claimed)
 
 
-async def cancel_jobs(engine: AsyncEngine, queue: RedisQueue, *, batch_id: uuid.UUID) -> int:
-    async with engine.begin() as conn:
-        rows = (await conn.execute(text(
+async def cancel_jobs(pg: asyncpg.Pool, queue: RedisQueue, *, batch_id: uuid.UUID) -> int:
+    async with pg.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(
             "update jobs set status = 'cancelled', lease_token = null, lease_expires_at = null, "
-            "updated_at = now() where batch_id = :b and status in ('queued', 'leased') "
-            "returning id, kind"), {"b": batch_id})).all()
-        await conn.execute(text(
+            "updated_at = now() where batch_id = $1 and status in ('queued', 'leased') "
+            "returning id, kind", batch_id)
+        await conn.execute(
             "update episodes set status = 'cancelled', finished_at = now(), updated_at = now() "
-            "where batch_id = :b and status in ('queued', 'running')"), {"b": batch_id})
+            "where batch_id = $1 and status in ('queued', 'running')", batch_id)
     by_kind: dict[str, list[str]] = {}
     for r in rows:
-        by_kind.setdefault(r.kind, []).append(str(r.id))
+        by_kind.setdefault(r["kind"], []).append(str(r["id"]))
     for kind, ids in by_kind.items():
         await queue.remove(kind, ids)
     return len(rows)
 
 
-async def reconcile(engine: AsyncEngine, queue: RedisQueue, *, ttl_s: float) -> dict[str, int]:
+async def reconcile(pg: asyncpg.Pool, queue: RedisQueue, *, ttl_s: float) -> dict[str, int]:
     """Make Redis agree with Postgres: re-add missing ready jobs and leases, drop strays."""
-    now = datetime.now(UTC)
-    grace = _ms(now + timedelta(seconds=ttl_s))
-    added = removed = leases = 0
-    # Redis first, Postgres second: anything that changes in between is settled by Postgres.
-    leased_now = await queue.leased_ids()
-    present_by_kind = {k.value: await queue.ready_ids(k) for k in JobKind}
-    async with engine.connect() as conn:
-        rows = (await conn.execute(text(
-            "select id, kind, status, priority, seq, lease_token, lease_expires_at from jobs "
-            "where status in ('queued', 'leased')"))).all()
+    grace = _ms(datetime.now(UTC) + timedelta(seconds=ttl_s))
+    # Redis first (one atomic snapshot), Postgres second: what changes in between is settled
+    # by Postgres.
+    leased_now, present_by_kind = await queue.snapshot(list(JobKind))
+    rows = await pg.fetch(
+        "select id, kind, status, priority, seq, lease_token, lease_expires_at from jobs "
+        "where status in ('queued', 'leased')")
     queued: dict[str, list[tuple[str, int, int]]] = {k.value: [] for k in JobKind}
     held = []
     for r in rows:
-        if r.status == JobStatus.QUEUED:
-            queued[r.kind].append((str(r.id), r.priority, r.seq))
+        if r["status"] == JobStatus.QUEUED:
+            queued[r["kind"]].append((str(r["id"]), r["priority"], r["seq"]))
         else:
-            exp = max(_ms(r.lease_expires_at) if r.lease_expires_at else 0, grace)
-            held.append((str(r.id), r.lease_token, exp))
+            exp = max(_ms(r["lease_expires_at"]) if r["lease_expires_at"] else 0, grace)
+            held.append((str(r["id"]), r["lease_token"], exp))
+    added = removed = 0
     for kind, items in queued.items():
         present = present_by_kind[kind]
         want = {i for i, _, _ in items}
@@ -336,8 +343,8 @@ async def reconcile(engine: AsyncEngine, queue: RedisQueue, *, ttl_s: float) -> 
         removed += len(stray)
     missing_leases = [h for h in held if h[0] not in leased_now]
     await queue.hold(missing_leases)
-    leases = len(missing_leases)
     await queue.mark_built()
-    if added or removed or leases:
-        log.info("queue reconciled", added=added, removed=removed, leases_restored=leases)
-    return {"added": added, "removed": removed, "leases_restored": leases}
+    if added or removed or missing_leases:
+        log.info("queue reconciled", added=added, removed=removed,
+                 leases_restored=len(missing_leases))
+    return {"added": added, "removed": removed, "leases_restored": len(missing_leases)}

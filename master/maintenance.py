@@ -32,9 +32,9 @@ async def tick(core: AppState, *, owner: str, last_reconcile: float) -> float:
     try:
         now = time.monotonic()
         if not await core.queue.is_built() or now - last_reconcile >= s.reconcile_interval_s:
-            await jobs.reconcile(core.engine, core.queue, ttl_s=s.lease_ttl_s)
+            await jobs.reconcile(core.pg, core.queue, ttl_s=s.lease_ttl_s)
             last_reconcile = now
-        await jobs.expire_leases(core.engine, core.queue)
+        await jobs.expire_leases(core.pg, core.queue)
     finally:
         await core.redis.eval(_UNLOCK, 1, core.queue.k.maintenance_lock, owner)
     return last_reconcile

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
 from typing import Annotated
 
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_ADMIN_TOKEN = "change-me-admin"
@@ -30,7 +30,8 @@ class MasterSettings(BaseSettings):
                               description="namespace of every Redis key")
     dev: bool = Field(default=False, description="development mode: default secrets allowed")
     admin_token: str = DEFAULT_ADMIN_TOKEN
-    worker_tokens: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_WORKER_TOKEN])
+    worker_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [DEFAULT_WORKER_TOKEN])
     public_status: bool = Field(default=True, description="status page and reads without a token")
     artifacts_url: str = Field(default="./.coda/artifacts", description="fsspec URL")
     max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
@@ -39,7 +40,8 @@ class MasterSettings(BaseSettings):
     maintenance_interval_s: float = Field(default=1.0, gt=0, description="lease expiry sweep")
     reconcile_interval_s: float = Field(default=10.0, gt=0, description="queue rebuild check")
     long_poll_step_s: float = Field(default=0.25, gt=0)
-    db_pool_size: int = Field(default=20, ge=1)
+    db_pool_size: int = Field(default=20, ge=2, description="asyncpg pool per process")
+    redis_max_connections: int = Field(default=200, ge=1)
     log_level: str = "INFO"
 
     @field_validator("database_url")
@@ -73,5 +75,5 @@ class MasterSettings(BaseSettings):
         ) if value in (DEFAULT_ADMIN_TOKEN, DEFAULT_WORKER_TOKEN) or len(value) < 16]
         if weak:
             raise DefaultSecretError(
-                f"refusing to start: {', '.join(sorted(set(weak)))} is a default or shorter than 16 "
-                "characters; set a real secret or CODA_DEV=true for development")
+                f"refusing to start: {', '.join(sorted(set(weak)))} is a default or shorter "
+                "than 16 characters; set a real secret or CODA_DEV=true for development")

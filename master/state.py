@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+import asyncpg
 import redis.asyncio as aioredis
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,13 +20,14 @@ from master.settings import MasterSettings
 class AppState:
     settings: MasterSettings
     engine: AsyncEngine
+    pg: asyncpg.Pool
     redis: aioredis.Redis
     queue: RedisQueue
     store: ArtifactStore
     metrics: MasterMetrics | None = None
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
     core: AppState = request.app.state.core
     return core
 

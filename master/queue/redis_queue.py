@@ -6,6 +6,7 @@ Order score = ``-priority * 2**41 + seq``: higher priority first, FIFO within a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -61,6 +62,10 @@ for _, id in ipairs(ids) do
 end
 return out
 """
+
+
+def _strs(members: Iterable[Any]) -> set[str]:
+    return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
 
 
 def order_score(priority: int, seq: int) -> int:
@@ -119,12 +124,23 @@ class RedisQueue:
         return list(zip(flat[0::2], flat[1::2], strict=True))
 
     async def ready_ids(self, kind: JobKind | str) -> set[str]:
-        return {m.decode() if isinstance(m, bytes) else m
-                for m in await self.r.zrange(self.k.ready(kind), 0, -1)}
+        return _strs(await self.r.zrange(self.k.ready(kind), 0, -1))
 
     async def leased_ids(self) -> set[str]:
-        return {m.decode() if isinstance(m, bytes) else m
-                for m in await self.r.zrange(self.k.leases, 0, -1)}
+        return _strs(await self.r.zrange(self.k.leases, 0, -1))
+
+    async def snapshot(
+        self, kinds: Sequence[JobKind | str],
+    ) -> tuple[set[str], dict[str, set[str]]]:
+        """Leased ids and ready ids per kind, read atomically (MULTI): a job moving from ready
+        to leased between two separate reads would be in neither."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.zrange(self.k.leases, 0, -1)
+        for kind in kinds:
+            pipe.zrange(self.k.ready(kind), 0, -1)
+        leased, *ready = await pipe.execute()
+        return _strs(leased), {JobKind(k).value: _strs(r) for k, r in zip(kinds, ready,
+                                                                           strict=True)}
 
     async def depth(self, kind: JobKind | str) -> int:
         return int(await self.r.zcard(self.k.ready(kind)))

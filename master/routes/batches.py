@@ -43,7 +43,8 @@ def _parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> lis
 @router.post("", status_code=201)
 async def create_batch(body: BatchCreate, core: State, _: Admin) -> BatchCreated:
     """Create a batch: every task runs ``rollouts`` times."""
-    batch, episodes = await batches.create(core.engine, core.queue, body, _parse_tasks(body.tasks))
+    batch, episodes = await batches.create(core.engine, core.pg, core.queue, body,
+                                           _parse_tasks(body.tasks))
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 
@@ -75,7 +76,7 @@ async def upload_batch(
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                              for e in exc.errors()]) from exc
-    batch, episodes = await batches.create(core.engine, core.queue, spec,
+    batch, episodes = await batches.create(core.engine, core.pg, core.queue, spec,
                                            _parse_tasks(docs, file.filename))
     return BatchCreated(batch=batch, episode_ids=episodes)
 
@@ -97,4 +98,4 @@ async def get_batch(batch_id: uuid.UUID, core: State, _: Reader) -> Batch:
 @router.post("/{batch_id}/cancel")
 async def cancel_batch(batch_id: uuid.UUID, core: State, _: Admin) -> Batch:
     """Cancel every queued or running episode of the batch."""
-    return await batches.cancel(core.engine, core.queue, batch_id)
+    return await batches.cancel(core.engine, core.pg, core.queue, batch_id)

@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/groups", tags=["groups"])
 @router.post("", status_code=201)
 async def create_group(body: GroupCreate, core: State, _: WorkerAuth) -> dict[str, uuid.UUID]:
     """Store a ready group (G candidates with rewards at one labelled state)."""
-    return {"id": await groups.create(core.engine, body.group)}
+    return {"id": await groups.create(core.pg, body.group)}
 
 
 @router.post("/lease")

@@ -7,7 +7,6 @@ import time
 import uuid
 
 from fastapi import APIRouter, HTTPException, status
-from sqlalchemy import text
 
 from coda.contracts.master_api import (
     JobComplete,
@@ -21,12 +20,27 @@ from coda.contracts.master_api import (
     LeaseToken,
     StepReport,
 )
-from coda.contracts.records import EpisodeResult, JobKind
+from coda.contracts.records import JobKind
 from master import jobs, workers
 from master.auth import Admin, Reader, WorkerAuth
-from master.state import State
+from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+_KNOWN_WORKERS: set[uuid.UUID] = set()  # registered workers are never deleted
+_KNOWN_WORKERS_MAX = 100_000
+
+
+async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
+    """Whether the worker is registered (remembered per process after the first look-up)."""
+    if worker_id in _KNOWN_WORKERS:
+        return True
+    if not await workers.exists(core.engine, worker_id):
+        return False
+    if len(_KNOWN_WORKERS) >= _KNOWN_WORKERS_MAX:
+        _KNOWN_WORKERS.clear()
+    _KNOWN_WORKERS.add(worker_id)
+    return True
 
 
 @router.post("", status_code=201)
@@ -38,20 +52,20 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
              "type": "value_error"}])
     job = jobs.NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
                       priority=body.priority, max_attempts=body.max_attempts)
-    await jobs.enqueue(core.engine, core.queue, [job])
+    await jobs.enqueue(core.pg, core.queue, [job])
     return JobCreated(id=job.id, kind=job.kind)
 
 
 @router.post("/lease")
 async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
     """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready."""
-    if not await workers.exists(core.engine, body.worker_id):
+    if not await _registered(core, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
     s = core.settings
     deadline = time.monotonic() + body.wait_s
     while True:
-        got = await jobs.lease(core.engine, core.queue, worker_id=body.worker_id, kind=body.kind,
+        got = await jobs.lease(core.pg, core.queue, worker_id=body.worker_id, kind=body.kind,
                                capacity=body.capacity, ttl_s=s.lease_ttl_s)
         if got or time.monotonic() >= deadline:
             break
@@ -65,7 +79,7 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
 async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
                         _: WorkerAuth) -> JobHeartbeatResponse:
     """Extend the lease; 409 when the lease is lost (stop working on it)."""
-    expires = await jobs.heartbeat(core.engine, core.queue, job_id=job_id,
+    expires = await jobs.heartbeat(core.pg, core.queue, job_id=job_id,
                                    token=body.lease_token, ttl_s=core.settings.lease_ttl_s)
     return JobHeartbeatResponse(lease_expires_at=expires)
 
@@ -73,19 +87,17 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
 @router.post("/{job_id}/steps", status_code=204)
 async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
     """Store one step of the episode this job runs (idempotent per index)."""
-    await jobs.report_step(core.engine, job_id=job_id, token=body.lease_token, step=body.step)
+    await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
     if core.metrics:
         core.metrics.steps.inc()
 
 
 @router.post("/{job_id}/complete", status_code=204)
 async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
-    """Finish the job with its result; 409 (and no change) when the token is stale."""
-    kind = await _kind(core, job_id)
-    if kind is JobKind.EPISODE:
-        EpisodeResult.model_validate(body.result)  # 422 names the field before anything changes
-    await jobs.complete(core.engine, core.queue, job_id=job_id, token=body.lease_token,
-                        result=body.result)
+    """Finish the job with its result; 409 (and no change) when the token is stale, 422 (and
+    no change) when an episode result does not fit."""
+    kind = await jobs.complete(core.pg, core.queue, job_id=job_id, token=body.lease_token,
+                               result=body.result)
     if core.metrics:
         core.metrics.jobs_finished.labels(kind.value, "succeeded").inc()
 
@@ -93,30 +105,21 @@ async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: Wor
 @router.post("/{job_id}/fail")
 async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth) -> JobState:
     """Give up this attempt: requeued while attempts remain (and ``retry``), else failed."""
-    await jobs.fail(core.engine, core.queue, job_id=job_id, token=body.lease_token,
+    await jobs.fail(core.pg, core.queue, job_id=job_id, token=body.lease_token,
                     error=body.error, retry=body.retry)
+    state = await get_job(job_id, core, _)
     if core.metrics:
-        core.metrics.jobs_finished.labels((await _kind(core, job_id)).value, "failed").inc()
-    return await get_job(job_id, core, _)
+        core.metrics.jobs_finished.labels(state.kind.value, "failed").inc()
+    return state
 
 
 @router.get("/{job_id}")
 async def get_job(job_id: uuid.UUID, core: State, _: Reader) -> JobState:
     """Queue state of one job."""
-    async with core.engine.connect() as conn:
-        row = (await conn.execute(text(
-            "select id, kind, status, attempts, max_attempts, error from jobs where id = :id"),
-            {"id": job_id})).first()
+    row = await core.pg.fetchrow(
+        "select id, kind, status, attempts, max_attempts, error from jobs where id = $1", job_id)
     if row is None:
         raise jobs.JobNotFound(str(job_id))
-    return JobState(id=row.id, kind=JobKind(row.kind), status=row.status, attempts=row.attempts,
-                    max_attempts=row.max_attempts, error=row.error)
-
-
-async def _kind(core: State, job_id: uuid.UUID) -> JobKind:
-    async with core.engine.connect() as conn:
-        kind = (await conn.execute(text("select kind from jobs where id = :id"),
-                                   {"id": job_id})).scalar()
-    if kind is None:
-        raise jobs.JobNotFound(str(job_id))
-    return JobKind(kind)
+    return JobState(id=row["id"], kind=JobKind(row["kind"]), status=row["status"],
+                    attempts=row["attempts"], max_attempts=row["max_attempts"],
+                    error=row["error"])

@@ -190,3 +190,15 @@ async def test_replicas_share_the_queue(master_factory, master, admin, worker):
         await b.complete(job, {"success": True})
         with pytest.raises(ServiceError):
             await a.complete(job, {"success": True})
+
+
+async def test_invalid_episode_result_is_refused_without_change(admin, wclient, worker):
+    await submit(admin, n_tasks=1)
+    [job] = await wclient.lease(worker.id)
+    with pytest.raises(ServiceError) as err:
+        await wclient.complete(job, {"success": "maybe", "score": 7})
+    assert err.value.status == 422
+    fields = {tuple(e["loc"]) for e in err.value.detail}
+    assert ("body", "result", "success") in fields and ("body", "result", "score") in fields
+    assert (await wclient.get_job(job.id)).status == "leased"  # nothing changed
+    await wclient.complete(job, {"success": True})  # the lease still holds
