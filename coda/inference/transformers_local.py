@@ -6,6 +6,11 @@ which reuses :attr:`TransformersBackend.model` / :attr:`TransformersBackend.proc
 
 * ``chat`` draws ``n`` samples with ONE ``generate`` (``num_return_sequences=n``);
   ``chat_batch`` runs several prompts in one left-padded batch.
+* Images shared by the prompts of one batch (the executor's G thoughts on ONE screenshot, or
+  history screenshots they have in common) are decoded, preprocessed and run through the
+  vision tower once; their features are handed to ``generate`` (``mm_encoder_outputs``) for
+  every placeholder that shows them. Processors/models without that support take the plain
+  path (one processor call over all images).
 * ``continue_final_message`` renders the template without a generation prompt and continues
   the last assistant message (the executor's pre-fill), like vLLM's option of that name.
 * LoRA adapters (peft, through transformers' PEFT integration) are loaded under their
@@ -17,17 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import importlib.util
+import inspect
 import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+from transformers import AutoModelForImageTextToText, AutoProcessor, BatchFeature, GenerationConfig
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.processing_utils import ProcessorMixin
 
 from coda.inference.base import BackendError, ChatMessage, Completion, GenerateOptions
@@ -70,12 +79,15 @@ ensure_processor_workaround()
 
 
 def to_processor_messages(
-    messages: Sequence[ChatMessage], max_pixels: int | None = DEFAULT_MAX_PIXELS
+    messages: Sequence[ChatMessage],
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    cache: dict[str, Image.Image] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Image.Image]]:
     """OpenAI-format messages -> chat-template messages with image placeholders, and the images.
 
     Text parts stay text parts, ``image_url`` parts become ``{"type": "image"}`` and their
-    decoded (size-bounded) images are returned in order of appearance.
+    decoded (size-bounded) images are returned in order of appearance. ``cache`` (URL -> image)
+    lets several conversations decode a URL they share once.
     """
     converted: list[dict[str, Any]] = []
     images: list[Image.Image] = []
@@ -98,10 +110,9 @@ def to_processor_messages(
                 parts.append({"type": "text", "text": str(part.get("text", ""))})
             elif kind in ("image_url", "image"):
                 try:
-                    image = decode_part(part)
+                    images.append(_decoded(part, max_pixels, cache))
                 except ValueError as exc:
                     raise ValueError(f"messages[{i}].content[{j}].{exc}") from exc
-                images.append(bound_pixels(image, max_pixels))
                 parts.append({"type": "image"})
             else:
                 raise ValueError(f"messages[{i}].content[{j}].type: unsupported {kind!r}")
@@ -122,29 +133,154 @@ def render_prompt(
     return str(text)
 
 
-def build_model_inputs(
+def _decoded(
+    part: dict[str, Any], max_pixels: int | None, cache: dict[str, Image.Image] | None
+) -> Image.Image:
+    """The size-bounded image of a part; URL parts are looked up in / added to ``cache``."""
+    url = None if isinstance(part.get("image"), Image.Image) else part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
+    if cache is None or not isinstance(url, str):
+        return bound_pixels(decode_part(part), max_pixels)
+    if url not in cache:
+        cache[url] = bound_pixels(decode_part(part), max_pixels)
+    return cache[url]
+
+
+def _image_key(image: Image.Image) -> tuple[str, tuple[int, int], bytes]:
+    """Identifies an image by its pixels (two parts showing the same pixels share work)."""
+    return image.mode, image.size, hashlib.blake2b(image.tobytes(), digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class PromptBatch:
+    """Rendered prompts and their images, each distinct image once."""
+
+    texts: list[str]
+    images: list[Image.Image]
+    """Distinct images in order of first appearance."""
+    image_index: list[int]
+    """For each image placeholder of the batch, in order: its index into :attr:`images`."""
+
+
+def prepare_prompts(
     processor: Any,
     conversations: Sequence[Sequence[ChatMessage]],
     *,
     continue_final_message: bool = False,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
-) -> Any:
-    """Tokenized, left-padded model inputs (a ``BatchFeature``) for OpenAI-format conversations."""
+) -> PromptBatch:
+    """Render the conversations; decode each image URL once and keep each distinct image once."""
     texts: list[str] = []
     images: list[Image.Image] = []
+    index: list[int] = []
+    seen: dict[tuple[str, tuple[int, int], bytes], int] = {}
+    by_object: dict[int, int] = {}  # the images stay referenced (cache, conv_images) meanwhile
+    cache: dict[str, Image.Image] = {}
     for k, messages in enumerate(conversations):
         try:
-            converted, conv_images = to_processor_messages(messages, max_pixels)
+            converted, conv_images = to_processor_messages(messages, max_pixels, cache)
             texts.append(render_prompt(processor, converted,
                                        continue_final_message=continue_final_message))
         except ValueError as exc:
             if len(conversations) > 1:
                 raise ValueError(f"conversations[{k}].{exc}") from exc
             raise
-        images.extend(conv_images)
-    return processor(
-        text=texts, images=images or None, padding=True, padding_side="left", return_tensors="pt"
+        for image in conv_images:
+            if id(image) not in by_object:  # a URL decoded once is one object: hash it once
+                key = _image_key(image)
+                if key not in seen:
+                    seen[key] = len(images)
+                    images.append(image)
+                by_object[id(image)] = seen[key]
+            index.append(by_object[id(image)])
+    return PromptBatch(texts, images, index)
+
+
+def processor_inputs(processor: Any, batch: PromptBatch) -> Any:
+    """The plain path: one ``processor(...)`` call over every placeholder's image."""
+    images = [batch.images[i] for i in batch.image_index]
+    return processor(text=batch.texts, images=images or None, padding=True, padding_side="left",
+                     return_tensors="pt")
+
+
+def shares_images(processor: Any) -> bool:
+    """Whether the processor can expand placeholders for images it preprocessed separately
+    (Qwen2-VL family: ``replace_image_token`` from ``image_grid_thw``)."""
+    own = getattr(type(processor), "replace_image_token", None)
+    return (
+        isinstance(processor, ProcessorMixin)
+        and own is not None and own is not ProcessorMixin.replace_image_token
+        and getattr(processor, "image_token", None) is not None
+        and hasattr(processor, "image_processor")
     )
+
+
+@dataclass(frozen=True)
+class EncodedPrompts:
+    """Tokenized prompts (``text``: ids, mask, ``mm_token_type_ids`` and one
+    ``image_grid_thw`` row per placeholder) and the pixels of each DISTINCT image once."""
+
+    text: BatchFeature
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
+    image_index: list[int]
+
+    def tiled_pixel_values(self) -> torch.Tensor | None:
+        """The pixels of every placeholder in order (what the processor returns for the batch)."""
+        if self.pixel_values is None or self.image_grid_thw is None:
+            return None
+        chunks = torch.split(self.pixel_values, self.image_grid_thw.prod(-1).tolist())
+        return torch.cat([chunks[i] for i in self.image_index])
+
+
+def encode_prompts(processor: Any, batch: PromptBatch) -> EncodedPrompts:
+    """Preprocess each distinct image once and tokenize the prompts, expanding every image
+    placeholder into as many image tokens as its image has (exactly as ``processor(...)`` does
+    for the full image list; requires :func:`shares_images`)."""
+    texts = list(batch.texts)
+    pixel_values = grid = None
+    if batch.images:
+        processed = processor.image_processor(batch.images, return_tensors="pt")
+        pixel_values, grid = processed["pixel_values"], processed["image_grid_thw"]
+        replacements = [processor.replace_image_token(processed, image_idx=i)
+                        for i in range(len(batch.images))]
+        texts, _ = processor.get_text_with_replacements(
+            texts, images_replacements=[replacements[i] for i in batch.image_index])
+    text = processor.tokenizer(texts, padding=True, padding_side="left", return_tensors="pt")
+    if getattr(processor, "return_mm_token_type_ids", False):
+        text["mm_token_type_ids"] = torch.tensor(
+            processor.create_mm_token_type_ids(text["input_ids"]), dtype=torch.long)
+    if grid is not None:
+        text["image_grid_thw"] = grid[batch.image_index]
+    return EncodedPrompts(BatchFeature(dict(text)), pixel_values, grid, batch.image_index)
+
+
+def build_model_inputs(
+    processor: Any,
+    conversations: Sequence[Sequence[ChatMessage]],
+    *,
+    continue_final_message: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    share_images: bool = True,
+) -> Any:
+    """Tokenized, left-padded model inputs (a ``BatchFeature``) for OpenAI-format conversations.
+
+    With ``share_images`` (and a processor that supports it) an image several prompts show is
+    decoded and preprocessed once and its pixels repeated; the result equals one
+    ``processor(...)`` call over every image (``share_images=False``).
+    """
+    batch = prepare_prompts(processor, conversations,
+                            continue_final_message=continue_final_message, max_pixels=max_pixels)
+    if not (share_images and shares_images(processor)):
+        return processor_inputs(processor, batch)
+    encoded = encode_prompts(processor, batch)
+    data = dict(encoded.text)
+    pixel_values = encoded.tiled_pixel_values()
+    if pixel_values is not None:
+        data = {**{k: v for k, v in data.items() if k != "image_grid_thw"},
+                "pixel_values": pixel_values, "image_grid_thw": data["image_grid_thw"]}
+    return BatchFeature(data)
 
 
 # --- decoding (pure) ------------------------------------------------------------------------
@@ -193,6 +329,15 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype 
     return resolved
 
 
+def _takes_features(model: Any) -> bool:
+    """Whether ``generate`` accepts pre-computed image features (``mm_encoder_outputs``)."""
+    forward = getattr(model, "forward", None)
+    return (
+        callable(getattr(model, "get_image_features", None)) and forward is not None
+        and "mm_encoder_outputs" in inspect.signature(forward).parameters
+    )
+
+
 def _adapter_key(version: str) -> str:
     """peft adapter names become module keys: no dots or other punctuation."""
     return "v_" + re.sub(r"[^0-9A-Za-z_]", "_", version)
@@ -209,6 +354,7 @@ class TransformersBackend:
         device: str = "cpu",
         dtype: str | torch.dtype | None = None,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
+        share_images: bool = True,
     ) -> None:
         self.model_path = str(model_path)
         self.device = device
@@ -218,6 +364,9 @@ class TransformersBackend:
             self.model_path, dtype=_resolve_dtype(dtype, device)
         )
         self.model: Any = model.to(device).eval()
+        self.share_images = share_images and shares_images(self.processor) and _takes_features(
+            self.model)
+        """Encode each distinct image of a batch once (see the module docstring)."""
         self._lock = threading.Lock()
         self._adapters: dict[str, str] = {}
         self._keys: dict[str, str] = {}
@@ -259,18 +408,26 @@ class TransformersBackend:
     def _generate(
         self, conversations: list[list[ChatMessage]], options: GenerateOptions
     ) -> list[list[Completion]]:
-        inputs = build_model_inputs(
+        batch = prepare_prompts(
             self.processor, conversations,
             continue_final_message=options.continue_final_message, max_pixels=self.max_pixels,
-        ).to(self.device)
+        )
+        encoded: EncodedPrompts | None = None
+        if self.share_images:
+            encoded = encode_prompts(self.processor, batch)
+            inputs = encoded.text.to(self.device)
+        else:
+            inputs = processor_inputs(self.processor, batch).to(self.device)
         config = self._generation_config(options)
         prompt_len = int(inputs["input_ids"].shape[1])
         with self._lock:
             if options.seed is not None:
                 torch.manual_seed(options.seed)
             with torch.inference_mode(), self._adapter_scope(options.adapter):
+                extra = {} if encoded is None else self.image_encoder_outputs(encoded)
                 output = self.model.generate(
-                    **inputs, generation_config=config, tokenizer=self.processor.tokenizer
+                    **inputs, **extra, generation_config=config,
+                    tokenizer=self.processor.tokenizer,
                 )
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
         new_tokens = output[:, prompt_len:].tolist()
@@ -292,6 +449,20 @@ class TransformersBackend:
                 ))
             results.append(group)
         return results
+
+    def image_encoder_outputs(self, encoded: EncodedPrompts) -> dict[str, Any]:
+        """``mm_encoder_outputs`` for ``generate``: the vision tower runs on each distinct image
+        once and every placeholder gets its image's features (empty without images)."""
+        if encoded.pixel_values is None or encoded.image_grid_thw is None:
+            return {}
+        features = self.model.get_image_features(
+            encoded.pixel_values.to(self.device), encoded.image_grid_thw.to(self.device),
+            return_dict=True,
+        ).pooler_output
+        # one tensor per image, as get_image_features itself returns (torch.split)
+        per_placeholder: Any = tuple(features[i] for i in encoded.image_index)
+        return {"mm_encoder_outputs": {"image": BaseModelOutputWithPooling(
+            pooler_output=per_placeholder)}}
 
     @contextmanager
     def _adapter_scope(self, adapter: str | None) -> Iterator[None]:

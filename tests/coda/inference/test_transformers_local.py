@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from coda.inference.base import BackendError, ChatBackend, ChatMessage, GenerateOptions
@@ -14,7 +15,9 @@ from coda.inference.transformers_local import (
     apply_stop,
     build_model_inputs,
     completion_length,
+    encode_prompts,
     ensure_processor_workaround,
+    prepare_prompts,
     to_processor_messages,
 )
 
@@ -24,6 +27,12 @@ PREFILL = "Thought: click the File menu\nAction: "
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir: Path) -> TransformersBackend:
     return TransformersBackend(tiny_model_dir, max_pixels=320 * 200)
+
+
+@pytest.fixture(scope="module")
+def plain_backend(tiny_model_dir: Path) -> TransformersBackend:
+    """The same model without image sharing: one processor call and vision pass per image."""
+    return TransformersBackend(tiny_model_dir, max_pixels=320 * 200, share_images=False)
 
 
 def _screenshot(color: tuple[int, int, int] = (200, 30, 30)) -> ChatMessage:
@@ -108,6 +117,68 @@ async def test_chat_batch_matches_single_prompts(backend: TransformersBackend) -
         assert group[0].text == single.text
         assert group[0].prompt_tokens == single.prompt_tokens
     assert len({group[0].prompt_tokens for group in batched}) == 3
+
+
+def _shared_image_batch() -> list[list[ChatMessage]]:
+    """The executor's shape (G thoughts on one screenshot, a shared history screenshot) plus a
+    prompt with its own images, a PIL part with the screenshot's pixels and a text-only one."""
+    shot, old = _screenshot(), _screenshot((10, 120, 60))
+    history: list[ChatMessage] = [_user("step", old),
+                                  {"role": "assistant", "content": "Thought: x"}]
+    batch = [[*history, _user("Do it", shot), {"role": "assistant", "content": f"Thought: {t}"}]
+             for t in ("click File", "press ctrl s", "scroll down")]
+    pil: ChatMessage = {"type": "image", "image": Image.new("RGB", (320, 200), (200, 30, 30))}
+    batch.append([_user("Two screens", _screenshot((0, 0, 255)), pil),
+                  {"role": "assistant", "content": "Thought: ok"}])
+    batch.append([_user("short"), {"role": "assistant", "content": "Thought: no image"}])
+    return batch
+
+
+def test_shared_images_are_prepared_once(backend: TransformersBackend) -> None:
+    conversations = _shared_image_batch()
+    batch = prepare_prompts(backend.processor, conversations, max_pixels=320 * 200)
+    assert len(batch.images) == 3  # history shot, screenshot (also the PIL part), blue
+    assert batch.image_index == [0, 1, 0, 1, 0, 1, 2, 1]
+    encoded = encode_prompts(backend.processor, batch)
+    assert encoded.image_grid_thw is not None and encoded.image_grid_thw.shape[0] == 3
+    assert encoded.text["image_grid_thw"].shape[0] == 8
+    for continue_final in (False, True):
+        shared = build_model_inputs(backend.processor, conversations, max_pixels=320 * 200,
+                                    continue_final_message=continue_final)
+        plain = build_model_inputs(backend.processor, conversations, max_pixels=320 * 200,
+                                   continue_final_message=continue_final, share_images=False)
+        assert list(shared.keys()) == list(plain.keys())
+        for key, value in plain.items():
+            assert shared[key].dtype == value.dtype, key
+            assert torch.equal(shared[key], value), key
+    text_only = [[_user("hello")], [_user("a longer text-only prompt")]]
+    shared = build_model_inputs(backend.processor, text_only)
+    plain = build_model_inputs(backend.processor, text_only, share_images=False)
+    assert list(shared.keys()) == list(plain.keys())
+    assert all(torch.equal(shared[k], v) for k, v in plain.items())
+
+
+async def test_shared_images_keep_greedy_outputs(
+    backend: TransformersBackend, plain_backend: TransformersBackend
+) -> None:
+    assert backend.share_images and not plain_backend.share_images
+    conversations = _shared_image_batch()
+    options = _greedy(max_tokens=12, continue_final_message=True)
+    assert await backend.chat_batch(conversations, options) == \
+        await plain_backend.chat_batch(conversations, options)
+    # token for token, straight from generate: the features of each distinct image computed
+    # once versus the vision tower over every placeholder's pixels
+    config = backend._generation_config(options)
+    encoded = encode_prompts(backend.processor, prepare_prompts(
+        backend.processor, conversations, continue_final_message=True, max_pixels=320 * 200))
+    plain_inputs = build_model_inputs(backend.processor, conversations, share_images=False,
+                                      continue_final_message=True, max_pixels=320 * 200)
+    with torch.inference_mode():
+        shared_out = backend.model.generate(**encoded.text,
+                                            **backend.image_encoder_outputs(encoded),
+                                            generation_config=config)
+        plain_out = backend.model.generate(**plain_inputs, generation_config=config)
+    assert torch.equal(shared_out, plain_out)
 
 
 async def test_adapter_lifecycle(backend: TransformersBackend, tiny_lora_dir: Path) -> None:
