@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -56,6 +57,11 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         app.state.core = core
         app.state.settings = s
         holder["core"] = core
+        # Everything loaded so far lives as long as the process: keep it out of the cyclic GC's
+        # scans, and collect young objects less often (fewer, shorter pauses under load).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*s.gc_thresholds)
         stop = asyncio.Event()
         loop = asyncio.create_task(maintenance.run(core, stop))
         log.info("master ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url)

@@ -313,6 +313,22 @@ async def cancel_jobs(pg: asyncpg.Pool, queue: RedisQueue, *, batch_id: uuid.UUI
     return len(rows)
 
 
+async def queue_agrees(pg: asyncpg.Pool, queue: RedisQueue) -> bool:
+    """A cheap check (counts only): do Redis and Postgres hold as many ready and leased jobs?
+    A mismatch, even a passing one from a transition in flight, calls for :func:`reconcile`."""
+    leased, ready = await queue.sizes(list(JobKind))
+    rows = await pg.fetch("select kind, status, count(*) n from jobs "
+                          "where status in ('queued', 'leased') group by kind, status")
+    want_ready = {k.value: 0 for k in JobKind}
+    want_leased = 0
+    for r in rows:
+        if r["status"] == JobStatus.QUEUED:
+            want_ready[r["kind"]] = r["n"]
+        else:
+            want_leased += r["n"]
+    return ready == want_ready and leased == want_leased
+
+
 async def reconcile(pg: asyncpg.Pool, queue: RedisQueue, *, ttl_s: float) -> dict[str, int]:
     """Make Redis agree with Postgres: re-add missing ready jobs and leases, drop strays."""
     grace = _ms(datetime.now(UTC) + timedelta(seconds=ttl_s))

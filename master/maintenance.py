@@ -15,6 +15,7 @@ from master.metrics import refresh_gauges
 from master.state import AppState
 
 log = get_logger("coda.master.maintenance")
+GAUGE_INTERVAL_S = 15.0
 
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -22,32 +23,32 @@ return 0
 """
 
 
-async def tick(core: AppState, *, owner: str, last_reconcile: float) -> float:
-    """One round; returns when reconciliation last ran."""
+async def tick(core: AppState, *, owner: str) -> None:
+    """One round: expire leases; once per reconcile interval (across all replicas) check the
+    queue against Postgres, and rebuild what differs; at once when Redis lost its data."""
     s = core.settings
     lock_ms = int(max(s.maintenance_interval_s, 1) * 5000)
     got = await core.redis.set(core.queue.k.maintenance_lock, owner, nx=True, px=lock_ms)
     if not got:
-        return last_reconcile
+        return
     try:
-        now = time.monotonic()
-        if not await core.queue.is_built() or now - last_reconcile >= s.reconcile_interval_s:
+        lost = not await core.queue.is_built()
+        due = await core.redis.set(core.queue.k.reconciled, owner, nx=True,
+                                   px=int(s.reconcile_interval_s * 1000))
+        if lost or (due and not await jobs.queue_agrees(core.pg, core.queue)):
             await jobs.reconcile(core.pg, core.queue, ttl_s=s.lease_ttl_s)
-            last_reconcile = now
         await jobs.expire_leases(core.pg, core.queue)
     finally:
         await core.redis.eval(_UNLOCK, 1, core.queue.k.maintenance_lock, owner)
-    return last_reconcile
 
 
 async def run(core: AppState, stop: asyncio.Event) -> None:
     owner = secrets.token_hex(8)
-    last_reconcile = 0.0
     last_gauges = 0.0
     while not stop.is_set():
         try:
-            last_reconcile = await tick(core, owner=owner, last_reconcile=last_reconcile)
-            if time.monotonic() - last_gauges > 5:
+            await tick(core, owner=owner)
+            if time.monotonic() - last_gauges > GAUGE_INTERVAL_S:
                 await refresh_gauges(core)
                 last_gauges = time.monotonic()
         except Exception as exc:  # keep going: Redis or Postgres may come back

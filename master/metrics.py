@@ -19,8 +19,8 @@ class MasterMetrics:
                                      ["kind", "outcome"], registry=registry)
         self.steps = Counter("coda_steps_reported_total", "episode steps stored",
                              registry=registry)
-        self.jobs = Gauge("coda_jobs", "jobs by kind and status (Postgres)", ["kind", "status"],
-                          registry=registry)
+        self.jobs = Gauge("coda_jobs_active", "queued and leased jobs by kind (Postgres)",
+                          ["kind", "status"], registry=registry)
         self.workers_alive = Gauge("coda_workers_alive", "workers seen in the last 60 s",
                                    registry=registry)
 
@@ -31,7 +31,8 @@ async def refresh_gauges(core: AppState) -> None:
         return
     async with core.engine.connect() as conn:
         rows = (await conn.execute(text(
-            "select kind, status, count(*) n from jobs group by kind, status"))).all()
+            "select kind, status, count(*) n from jobs where status in ('queued', 'leased') "
+            "group by kind, status"))).all()
         alive = (await conn.execute(text(
             "select count(*) from workers where last_heartbeat > now() - interval '60 seconds'"
         ))).scalar()

@@ -42,6 +42,8 @@ class MasterSettings(BaseSettings):
     long_poll_step_s: float = Field(default=0.25, gt=0)
     db_pool_size: int = Field(default=20, ge=2, description="asyncpg pool per process")
     redis_max_connections: int = Field(default=200, ge=1)
+    gc_thresholds: tuple[int, int, int] = Field(
+        default=(20_000, 20, 50), description="gc.set_threshold after start-up")
     log_level: str = "INFO"
 
     @field_validator("database_url")

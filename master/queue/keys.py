@@ -33,3 +33,8 @@ class Keys:
     @property
     def maintenance_lock(self) -> str:
         return f"{self.prefix}:lock:maintenance"
+
+    @property
+    def reconciled(self) -> str:
+        """Exists (with a TTL of one reconcile interval) while the last check is recent."""
+        return f"{self.prefix}:reconciled"

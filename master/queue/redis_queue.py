@@ -142,6 +142,15 @@ class RedisQueue:
         return _strs(leased), {JobKind(k).value: _strs(r) for k, r in zip(kinds, ready,
                                                                            strict=True)}
 
+    async def sizes(self, kinds: Sequence[JobKind | str]) -> tuple[int, dict[str, int]]:
+        """How many jobs are leased, and ready per kind (cheap: ZCARD only)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.zcard(self.k.leases)
+        for kind in kinds:
+            pipe.zcard(self.k.ready(kind))
+        leased, *ready = await pipe.execute()
+        return int(leased), {JobKind(k).value: int(n) for k, n in zip(kinds, ready, strict=True)}
+
     async def depth(self, kind: JobKind | str) -> int:
         return int(await self.r.zcard(self.k.ready(kind)))
 
