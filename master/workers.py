@@ -21,7 +21,7 @@ def _worker(r: Any) -> Worker:
     return Worker(id=r.id, name=r.name, host=r.host, slots=r.slots,
                   kinds=[JobKind(k) for k in r.kinds.get("kinds", [])],
                   apps=r.kinds.get("apps", []), registered_at=r.registered_at,
-                  last_heartbeat=r.last_heartbeat)
+                  last_heartbeat=r.last_heartbeat, busy_slots=r.busy_slots)
 
 
 async def register(engine: AsyncEngine, spec: WorkerRegister) -> Worker:
@@ -35,11 +35,11 @@ async def register(engine: AsyncEngine, spec: WorkerRegister) -> Worker:
     return _worker(row)
 
 
-async def heartbeat(engine: AsyncEngine, worker_id: uuid.UUID) -> Worker:
+async def heartbeat(engine: AsyncEngine, worker_id: uuid.UUID, *, busy_slots: int) -> Worker:
     async with engine.begin() as conn:
         row = (await conn.execute(text(
-            "update workers set last_heartbeat = now() where id = :id returning *"),
-            {"id": worker_id})).first()
+            "update workers set last_heartbeat = now(), busy_slots = least(:busy, slots) "
+            "where id = :id returning *"), {"id": worker_id, "busy": busy_slots})).first()
     if row is None:
         raise WorkerNotFound(str(worker_id))
     return _worker(row)

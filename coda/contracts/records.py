@@ -166,3 +166,4 @@ class Worker(BaseModel):
     apps: list[str] = Field(default_factory=list)
     registered_at: datetime
     last_heartbeat: datetime | None = None
+    busy_slots: int = Field(default=0, ge=0, description="slots running a job, last reported")

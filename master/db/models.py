@@ -128,6 +128,7 @@ class WorkerRow(Base):
     kinds: Mapped[dict[str, Any]]
     registered_at: Mapped[datetime] = mapped_column(server_default=_now())
     last_heartbeat: Mapped[datetime | None] = mapped_column(index=True)
+    busy_slots: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class GroupRow(Base):

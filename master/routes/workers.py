@@ -24,8 +24,8 @@ async def register_worker(body: WorkerRegister, core: State, _: WorkerAuth) -> W
 @router.post("/{worker_id}/heartbeat")
 async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
                            _: WorkerAuth) -> Worker:
-    """Mark the worker alive."""
-    return await workers.heartbeat(core.engine, worker_id)
+    """Mark the worker alive and record how many of its slots are busy."""
+    return await workers.heartbeat(core.engine, worker_id, busy_slots=body.busy_slots)
 
 
 @router.get("")

@@ -147,10 +147,16 @@ async def test_status_page_json_and_metrics(master, admin, wclient, worker):
     assert kalg.tasks == 2 and kalg.rollouts == 4
     assert kalg.average_at_k == 25.0 and kalg.pass_at_k == 50.0
     assert st.workers[0].name == "test-worker"
+    beat = await wclient.worker_heartbeat(worker.id, busy_slots=3)
+    assert beat.busy_slots == 3 and beat.last_heartbeat >= st.workers[0].last_heartbeat
+    assert (await wclient.worker_heartbeat(worker.id, busy_slots=99)).busy_slots == 8  # capped
+    with pytest.raises(ServiceError) as err:
+        await wclient.worker_heartbeat(uuid.uuid4())
+    assert err.value.status == 404
     assert {q.kind for q in st.queues} == set(JobKind)
     html = httpx.get(f"{master.url}/").text
     assert 'http-equiv="refresh"' in html and "Average@k" in html and "demo" in html
-    assert "test-worker" in html
+    assert "test-worker" in html and "8 / 8" in html
     metrics = httpx.get(f"{master.url}/metrics").text
     assert "http_requests_total" in metrics and "coda_jobs_leased_total" in metrics
 
