@@ -5,34 +5,9 @@
 # larger than the planner's. A second judge of the ensemble (e.g. a fine-tuned 72B) is another
 # instance of this script with its own CODA_VLLM_JUDGE_MODEL / PORT / GPUs.
 #
-# Every setting comes from the environment; extra arguments go to `vllm serve` unchanged.
-# vLLM < 0.9 wants the multimodal limit as `image=16` instead of JSON.
+# Settings: CODA_VLLM_JUDGE_* (see common.sh); extra arguments go to `vllm serve` unchanged.
 set -euo pipefail
+source "$(dirname "$0")/common.sh"
 
-MODEL="${CODA_VLLM_JUDGE_MODEL:-Qwen/Qwen2.5-VL-72B-Instruct}"
-SERVED_NAME="${CODA_VLLM_JUDGE_SERVED_NAME:-${MODEL}}"
-HOST="${CODA_VLLM_JUDGE_HOST:-0.0.0.0}"
-PORT="${CODA_VLLM_JUDGE_PORT:-8000}"
-TP="${CODA_VLLM_JUDGE_TP:-4}"
-DEFAULT_LIMIT_MM='{"image":16}'  # JudgePolicy.max_frames default
-LIMIT_MM="${CODA_VLLM_JUDGE_LIMIT_MM:-${DEFAULT_LIMIT_MM}}"
-MAX_MODEL_LEN="${CODA_VLLM_JUDGE_MAX_MODEL_LEN:-65536}"
-GPU_MEMORY="${CODA_VLLM_JUDGE_GPU_MEMORY:-0.90}"
-DTYPE="${CODA_VLLM_JUDGE_DTYPE:-bfloat16}"
-
-args=(
-  serve "${MODEL}"
-  --served-model-name "${SERVED_NAME}"
-  --host "${HOST}" --port "${PORT}"
-  --tensor-parallel-size "${TP}"
-  --dtype "${DTYPE}"
-  --max-model-len "${MAX_MODEL_LEN}"
-  --gpu-memory-utilization "${GPU_MEMORY}"
-  --limit-mm-per-prompt "${LIMIT_MM}"
-)
-if [[ -n "${CODA_VLLM_API_KEY:-}" ]]; then
-  args+=(--api-key "${CODA_VLLM_API_KEY}")
-fi
-
-echo "vllm ${args[*]} $*" >&2
-exec "${CODA_VLLM_BIN:-vllm}" "${args[@]}" "$@"
+# image limit 16 = JudgePolicy.max_frames default
+coda_vllm_serve JUDGE Qwen/Qwen2.5-VL-72B-Instruct 4 '{"image":16}' 65536 -- "$@"

@@ -6,45 +6,18 @@
 # its version name in `model`. The adapter directory must be visible to this server at the same
 # path the planner service passes (CODA_PLANNER_ADAPTER_CACHE_DIR / the registered URI).
 #
-# Every setting comes from the environment; extra arguments go to `vllm serve` unchanged:
+# Settings: CODA_VLLM_PLANNER_* (see common.sh) plus MAX_LORA_RANK, MAX_LORAS, MAX_CPU_LORAS;
+# extra arguments go to `vllm serve` unchanged:
 #   CODA_VLLM_PLANNER_TP=2 deploy/vllm/planner.sh --enforce-eager
 # The paper served OpenIXCLab/CODA-PLANNER-TARS-32B with vLLM 0.8.5.post1, tensor parallel 4.
-# vLLM < 0.9 wants the multimodal limit as `image=5` instead of JSON.
 set -euo pipefail
-
-MODEL="${CODA_VLLM_PLANNER_MODEL:-OpenIXCLab/CODA-PLANNER-TARS-32B}"
-SERVED_NAME="${CODA_VLLM_PLANNER_SERVED_NAME:-${MODEL}}"
-HOST="${CODA_VLLM_PLANNER_HOST:-0.0.0.0}"
-PORT="${CODA_VLLM_PLANNER_PORT:-8000}"
-TP="${CODA_VLLM_PLANNER_TP:-4}"
-MAX_LORA_RANK="${CODA_VLLM_PLANNER_MAX_LORA_RANK:-64}"
-MAX_LORAS="${CODA_VLLM_PLANNER_MAX_LORAS:-4}"
-MAX_CPU_LORAS="${CODA_VLLM_PLANNER_MAX_CPU_LORAS:-16}"
-DEFAULT_LIMIT_MM='{"image":5}'  # the current screenshot + history (keep_images) + previous
-LIMIT_MM="${CODA_VLLM_PLANNER_LIMIT_MM:-${DEFAULT_LIMIT_MM}}"
-MAX_MODEL_LEN="${CODA_VLLM_PLANNER_MAX_MODEL_LEN:-32768}"
-GPU_MEMORY="${CODA_VLLM_PLANNER_GPU_MEMORY:-0.90}"
-DTYPE="${CODA_VLLM_PLANNER_DTYPE:-bfloat16}"
+source "$(dirname "$0")/common.sh"
 
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
-
-args=(
-  serve "${MODEL}"
-  --served-model-name "${SERVED_NAME}"
-  --host "${HOST}" --port "${PORT}"
-  --tensor-parallel-size "${TP}"
-  --dtype "${DTYPE}"
-  --max-model-len "${MAX_MODEL_LEN}"
-  --gpu-memory-utilization "${GPU_MEMORY}"
-  --limit-mm-per-prompt "${LIMIT_MM}"
-  --enable-lora
-  --max-lora-rank "${MAX_LORA_RANK}"
-  --max-loras "${MAX_LORAS}"
-  --max-cpu-loras "${MAX_CPU_LORAS}"
-)
-if [[ -n "${CODA_VLLM_API_KEY:-}" ]]; then
-  args+=(--api-key "${CODA_VLLM_API_KEY}")
-fi
-
-echo "vllm ${args[*]} $*" >&2
-exec "${CODA_VLLM_BIN:-vllm}" "${args[@]}" "$@"
+# image limit 5: the current screenshot + history (keep_images) + previous
+coda_vllm_serve PLANNER OpenIXCLab/CODA-PLANNER-TARS-32B 4 '{"image":5}' 32768 \
+  --enable-lora \
+  --max-lora-rank "${CODA_VLLM_PLANNER_MAX_LORA_RANK:-64}" \
+  --max-loras "${CODA_VLLM_PLANNER_MAX_LORAS:-4}" \
+  --max-cpu-loras "${CODA_VLLM_PLANNER_MAX_CPU_LORAS:-16}" \
+  -- "$@"
