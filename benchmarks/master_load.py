@@ -38,6 +38,7 @@ import httpx
 import psutil
 
 from coda.logging import configure_logging, get_logger
+from coda.procs import free_port, stop_process
 
 log = get_logger("coda.bench.master_load")
 ROOT = Path(__file__).resolve().parents[1]
@@ -393,14 +394,6 @@ class Master:
     proc: subprocess.Popen[bytes] | None = None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def scratch_database(database_url: str) -> Iterator[str]:
     """A fresh database on the server of ``database_url`` (dropped afterwards)."""
@@ -448,7 +441,7 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
                  else contextlib.nullcontext(urls.database_url))
         prefix = f"coda-bench-{secrets.token_hex(4)}"
         with db_cm as database_url:
-            port = _free_port()
+            port = free_port()
             master = Master(url=f"http://127.0.0.1:{port}",
                             admin_token="admin-" + secrets.token_hex(16),
                             worker_token="worker-" + secrets.token_hex(16))
@@ -470,12 +463,7 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
                 _wait_ready(master, log_path)
                 yield master
             finally:
-                master.proc.terminate()
-                try:
-                    master.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    master.proc.kill()
-                    master.proc.wait()
+                stop_process(master.proc, timeout=30)
                 _delete_prefix(urls.redis_url, prefix)
 
 

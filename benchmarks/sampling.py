@@ -27,7 +27,6 @@ import io
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.logging import configure_logging, get_logger
+from coda.procs import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "sampling.json"
@@ -170,12 +170,6 @@ def make_state(width: int, height: int, n: int) -> State:
 # --- the services ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Service:
     """One service as a uvicorn subprocess; ``env`` are its settings."""
@@ -213,12 +207,7 @@ class Service:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 from coda.logging import get_logger
+from coda.procs import free_port
 
 log = get_logger("coda.embedded")
 
@@ -82,12 +83,6 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
 
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that is free right now on host (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:

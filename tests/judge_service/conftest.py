@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +14,7 @@ import uvicorn
 from PIL import Image
 
 from coda.clients.judge import JudgeClient
+from coda.procs import free_port
 from judge_service.app import create_app
 from judge_service.settings import JudgeModelSpec, JudgeSettings
 
@@ -25,12 +25,6 @@ def png_b64(color: tuple[int, int, int] = (30, 30, 200), size: tuple[int, int] =
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def judge_url(tiny_model_dir: Path) -> Iterator[str]:
     """A real judge service (uvicorn, own thread) with models 'a' and 'b' on the tiny model."""
@@ -39,7 +33,7 @@ def judge_url(tiny_model_dir: Path) -> Iterator[str]:
         models=[JudgeModelSpec(name="a", backend="transformers", options=options),
                 JudgeModelSpec(name="b", backend="transformers", options=options)],
         max_tokens=8, top_p=0.9)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                            log_config=None, lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
