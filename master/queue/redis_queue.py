@@ -123,12 +123,6 @@ class RedisQueue:
         flat = [x.decode() if isinstance(x, bytes) else x for x in flat]
         return list(zip(flat[0::2], flat[1::2], strict=True))
 
-    async def ready_ids(self, kind: JobKind | str) -> set[str]:
-        return _strs(await self.r.zrange(self.k.ready(kind), 0, -1))
-
-    async def leased_ids(self) -> set[str]:
-        return _strs(await self.r.zrange(self.k.leases, 0, -1))
-
     async def snapshot(
         self, kinds: Sequence[JobKind | str],
     ) -> tuple[set[str], dict[str, set[str]]]:
@@ -150,9 +144,6 @@ class RedisQueue:
             pipe.zcard(self.k.ready(kind))
         leased, *ready = await pipe.execute()
         return int(leased), {JobKind(k).value: int(n) for k, n in zip(kinds, ready, strict=True)}
-
-    async def depth(self, kind: JobKind | str) -> int:
-        return int(await self.r.zcard(self.k.ready(kind)))
 
     async def is_built(self) -> bool:
         return bool(await self.r.exists(self.k.sentinel))
