@@ -23,8 +23,8 @@ from coda.contracts.services_api import (
 from coda.imagerefs import ImageRefError, decode_image_ref, open_image, ref_field
 from coda.inference.base import ChatBackend, ChatMessage, Completion, GenerateOptions
 from coda.inference.images import encode_data_url
+from coda.prompts.executor import ExecutorTurn, build_executor_messages, prefill, turn_text
 from coda.uitars import ActionParseError, parse_uitars
-from executor_service.prompts import ExecutorTurn, build_executor_messages, prefill, turn_text
 from executor_service.settings import ExecutorSettings
 
 

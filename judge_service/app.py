@@ -18,11 +18,11 @@ from coda.contracts.services_api import (
 )
 from coda.inference.base import BackendError, ChatBackend, GenerateOptions
 from coda.logging import get_logger
+from coda.prompts.judge import build_instruction_messages
 from coda.service import create_service_app
 from judge_service import judging
 from judge_service.images import ImageError, high_url, load_image
 from judge_service.parsing import parse_instruction_check
-from judge_service.prompts import build_instruction_messages
 from judge_service.settings import JudgeSettings
 
 log = get_logger("judge_service")

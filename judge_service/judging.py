@@ -12,11 +12,11 @@ from PIL import Image
 from coda.contracts.services_api import JudgePolicy, JudgeRequest
 from coda.contracts.training import Verdict, Vote
 from coda.inference.base import ChatBackend, GenerateOptions
+from coda.prompts.judge import JudgeFrame, build_judge_messages
 from judge_service.aggregate import build_verdict, vote_passes, voting_at_k
 from judge_service.frames import select_frames
 from judge_service.images import high_url, load_image, low_url
 from judge_service.parsing import parse_vote
-from judge_service.prompts import JudgeFrame, build_judge_messages
 from judge_service.settings import JudgeSettings
 
 

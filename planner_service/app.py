@@ -22,11 +22,11 @@ from coda.contracts.services_api import (
 )
 from coda.inference.base import BackendError, ChatBackend, GenerateOptions
 from coda.logging import get_logger
+from coda.prompts.planner import PastStep, build_planner_messages
 from coda.service import create_service_app
 from planner_service.adapters import BASE, AdapterConflict, AdapterRegistry, UnknownAdapter
 from planner_service.images import ImageError, data_url, load_image
 from planner_service.parsing import parse_plan
-from planner_service.prompts import PastStep, build_planner_messages
 from planner_service.settings import PlannerSettings
 
 log = get_logger("planner_service")

@@ -46,7 +46,8 @@ call_user() # Submit the task and call the user when the task is unsolvable, or 
 - Write a small plan and finally summarize your next action (with its target element) in one sentence in `Thought` part.
 
 ## User Instruction
-{instruction}"""  # noqa: E501
+{instruction}
+"""  # noqa: E501
 )
 
 # Origin: CODA's planner user turn (reference/prompts.md, "Planner"); the executor reuses the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner_service.prompts import (
+from coda.prompts.planner import (
     QWEN_PLANNER_PROMPT,
     QWEN_PLANNER_PROMPT_ANS,
     STEP_QUESTION,

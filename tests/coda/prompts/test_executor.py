@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from executor_service.prompts import (
+from coda.prompts.executor import (
     STEP_TEXT,
     UI_TARS_15_PROMPT,
     ExecutorTurn,
@@ -31,7 +33,13 @@ def test_prompt_is_codas_text() -> None:
     assert "type(content='') #If you want to submit your input, use \"\\n\" at the end of" in (
         UI_TARS_15_PROMPT)
     assert "call_user() # Submit the task" in UI_TARS_15_PROMPT
-    assert UI_TARS_15_PROMPT.endswith("## User Instruction\n{instruction}")
+    assert UI_TARS_15_PROMPT.endswith("## User Instruction\n{instruction}\n")
+
+
+def test_prompt_is_byte_identical_to_the_release() -> None:
+    # sha256 of CODA's UI_TARS_15_PROMPT (sci/base/prompt.py), trailing newline included
+    digest = hashlib.sha256(UI_TARS_15_PROMPT.encode()).hexdigest()
+    assert digest == "fea339bbfbeb50e2d42f3ba6d2f83f68e0b05aae7f33e328be84976b1bb343a1"
 
 
 def test_no_history_layout() -> None:
