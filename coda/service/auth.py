@@ -131,16 +131,17 @@ class AuthGate:
         self.app = app
         self.auth = auth
         self.router_app = router_app
-        self._guarded: list[tuple[APIRoute, Requirement]] | None = None
+        self._guarded: list[tuple[str, APIRoute, Requirement]] | None = None
 
-    def _routes(self) -> list[tuple[APIRoute, Requirement]]:
+    def _routes(self) -> list[tuple[str, APIRoute, Requirement]]:
+        """Guarded routes with the literal start of their path (a cheap pre-filter)."""
         if self._guarded is None:
             found = []
             for route in self.router_app.routes:
                 if isinstance(route, APIRoute):
                     req = route_requirement(route)
                     if req is not None:
-                        found.append((route, req))
+                        found.append((route.path_format.split("{", 1)[0], route, req))
             self._guarded = found
         return self._guarded
 
@@ -148,7 +149,10 @@ class AuthGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for route, req in self._routes():
+        path = scope["path"]
+        for prefix, route, req in self._routes():
+            if not path.startswith(prefix):
+                continue
             match, _ = route.matches(scope)
             if match is Match.FULL:
                 header = next((v.decode("latin-1") for k, v in scope.get("headers", [])

@@ -20,7 +20,6 @@ Outermost first:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import uuid
@@ -155,7 +154,8 @@ class RequestLimits:
             await safe_json({"detail": [problem]}, 422)(scope, receive, send)
             return
         try:
-            body = await asyncio.wait_for(self._read_body(scope, receive), self.body_timeout_s)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read_body(scope, receive)
         except _TooLarge:
             await safe_json({"detail": f"request body exceeds {self.max_body_bytes} bytes"},
                             413)(scope, receive, send)
@@ -215,10 +215,14 @@ class RequestLimits:
         return True
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
-        """The app on the buffered body, with a deadline and cancel-on-disconnect."""
+        """The app on the buffered body, in this task, with a deadline and cancel-on-
+        disconnect: both cancel this task and set the request's cancel event."""
+        me = asyncio.current_task()
+        assert me is not None
         cancel = threading.Event()
         disconnected = asyncio.Event()
-        state = {"started": False, "complete": False, "replayed": False}
+        state: dict[str, Any] = {"started": False, "complete": False, "replayed": False,
+                                 "reason": None}
 
         async def replay() -> Message:
             if not state["replayed"]:
@@ -234,46 +238,41 @@ class RequestLimits:
                 state["complete"] = True
             await send(message)
 
-        token = bind_cancel_event(cancel)
-        try:
-            task: asyncio.Task[None] = asyncio.ensure_future(self.app(scope, replay, tracked_send))
-        finally:
-            reset_cancel_event(token)
+        def stop(reason: str) -> None:
+            if state["reason"] is None and not state["complete"]:
+                state["reason"] = reason
+                cancel.set()
+                me.cancel()
 
         async def watch() -> None:
             message = await receive()
             while message["type"] != "http.disconnect":
                 message = await receive()
             disconnected.set()
-            if not state["complete"]:
-                cancel.set()
-                task.cancel()
+            stop("disconnect")
 
         watcher = asyncio.create_task(watch())
+        timer = (asyncio.get_running_loop().call_later(self.request_timeout_s, stop, "deadline")
+                 if self.request_timeout_s else None)
+        token = bind_cancel_event(cancel)
         try:
-            try:
-                done, _ = await asyncio.wait({task}, timeout=self.request_timeout_s)
-            except asyncio.CancelledError:  # the server is shutting down: stop the app too
-                cancel.set()
-                task.cancel()
-                raise
-            if not done:
-                cancel.set()
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await self.app(scope, replay, tracked_send)
+        except asyncio.CancelledError:
+            if state["reason"] is None:
+                raise  # cancelled from outside (server shutdown)
+            me.uncancel()
+            if state["reason"] == "disconnect":
+                log.info("request cancelled: client disconnected", path=scope.get("path"))
+            else:
                 log.warning("request deadline passed", path=scope.get("path"),
                             deadline_s=self.request_timeout_s)
                 if not state["started"]:
                     await safe_json({"detail": f"request exceeded the server deadline of "
                                                f"{self.request_timeout_s} s"}, 504)(
                         scope, receive, send)
-                return
-            if task.cancelled():
-                log.info("request cancelled: client disconnected", path=scope.get("path"))
-                return
-            task.result()  # re-raise what the app raised, for RequestContext
         finally:
+            reset_cancel_event(token)
+            if timer is not None:
+                timer.cancel()
+            state["complete"] = True  # nothing may cancel this task any more
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
