@@ -1,0 +1,40 @@
+"""The agent's FastAPI app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import Depends, FastAPI
+
+from coda.service import create_service_app
+from worker import __version__
+from worker.guest import routes_coda, routes_osworld, routes_scienceboard
+from worker.guest.settings import GuestSettings
+from worker.guest.state import GuestState, require_token
+
+
+def create_app(settings: GuestSettings) -> FastAPI:
+    """The agent for one display; refuses to build without a token unless throw-away."""
+    settings.check_token()
+    state = GuestState.create(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.runner.start()
+        try:
+            yield
+        finally:
+            state.close()
+
+    app, _ = create_service_app(
+        name="coda-guest", version=__version__, lifespan=lifespan,
+        description="Desktop agent: OSWorld's guest routes plus token, readiness, fast "
+                    "screenshots, typed actions.",
+        max_body_bytes=settings.max_upload_bytes)
+    app.state.guest = state
+    app.include_router(routes_coda.health_router)
+    auth = [Depends(require_token)]
+    for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router):
+        app.include_router(router, dependencies=auth)
+    return app
