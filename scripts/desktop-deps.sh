@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-while read -r pkg cmd; do
-  case "$pkg" in ''|'#'*) continue ;; esac
+while read -r line; do
+  read -r pkg cmd _ <<< "${line%%#*}"
+  [ -n "${pkg:-}" ] || continue
   if [ "$cmd" != "-" ]; then
     command -v "$cmd" >/dev/null 2>&1 && continue
   elif dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed"; then

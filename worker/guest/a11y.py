@@ -38,8 +38,8 @@ def dump(*, timeout: float, env: Mapping[str, str], max_depth: int = 50,
     if not Path(SYSTEM_PYTHON).exists():
         raise AccessibilityError(f"{SYSTEM_PYTHON} not found (needs python3-gi, gir1.2-atspi-2.0)")
     try:
-        done = subprocess.run([SYSTEM_PYTHON, __file__, str(max_depth), str(max_nodes)], capture_output=True,
-                              text=True, timeout=timeout, env=dict(env))
+        done = subprocess.run([SYSTEM_PYTHON, __file__, str(max_depth), str(max_nodes)],
+                              capture_output=True, text=True, timeout=timeout, env=dict(env))
     except subprocess.TimeoutExpired:
         raise AccessibilityTimeout(f"accessibility tree not read within {timeout:g} s") from None
     if done.returncode != 0:

@@ -9,10 +9,12 @@ which is where most of the time went. Screenshots are serialised per display.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import mss
 import mss.tools
@@ -58,10 +60,8 @@ class ScreenCapture:
 
     def _drop(self) -> None:
         if self._sct is not None:
-            try:
+            with contextlib.suppress(Exception):  # a dead connection may fail to close
                 self._sct.close()
-            except Exception:  # a dead connection may fail to close; it is dropped anyway
-                pass
         self._sct = None
 
     def grab(self) -> Image.Image:
@@ -118,4 +118,5 @@ def encode(img: Image.Image, fmt: ImageFormat, quality: int | None = None) -> by
 
 def is_blank(img: Image.Image) -> bool:
     """True when every pixel has the same colour (nothing drawn yet, or a dead display)."""
-    return all(lo == hi for lo, hi in img.getextrema())  # type: ignore[union-attr]
+    extrema: Any = img.getextrema()  # one (min, max) pair per band
+    return all(lo == hi for lo, hi in extrema)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,12 +33,12 @@ def serve(
     from worker.guest.app import create_app
     from worker.guest.settings import GuestSettings, MissingTokenError
 
-    overrides = {k: v for k, v in {
+    overrides: dict[str, Any] = {k: v for k, v in {
         "port": port, "host": host, "token": token, "display": display,
         "desktop_id": desktop_id}.items() if v is not None}
     if throwaway_local_display:
         overrides["throwaway_local_display"] = True
-    settings = GuestSettings(**overrides)
+    settings = GuestSettings(**overrides)  # env first, then these flags
     configure_logging(settings.log_level)
     try:
         api = create_app(settings)

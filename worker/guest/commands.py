@@ -7,6 +7,7 @@ Request shape (OSWorld): ``{"command": str | [str], "shell": bool}``; a string w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -103,10 +104,8 @@ def reap() -> None:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def marked_pids(desktop_id: str) -> list[int]:
@@ -150,10 +149,8 @@ def kill_marked(desktop_id: str, *, grace_s: float = 0.5) -> int:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from Xlib import X, XK
+from Xlib import XK, X
 from Xlib.ext.xtest import fake_input
 
 

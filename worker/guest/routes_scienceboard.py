@@ -4,6 +4,7 @@ checkers and application managers work against this agent too: ``/read``, ``/wri
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -92,6 +93,9 @@ def lean_check(body: LeanBody, state: StateDep) -> Any:
     """Does the project's Basic.lean contain ``header`` and build without ``sorry``?"""
     project = state.settings.lean_project
     basic = project / "Sci" / "Basic.lean"
+    if not state.settings.lake.exists():
+        return JSONResponse({"error": f"Lean's lake not found at {state.settings.lake}"},
+                            status_code=503)
     if not basic.is_file() or body.header not in basic.read_text(encoding="utf-8").split("\n"):
         return {"pass": False}
     try:
@@ -105,6 +109,9 @@ def lean_check(body: LeanBody, state: StateDep) -> Any:
 @router.post("/tex/check")
 def tex_check(body: TexBody, state: StateDep) -> Any:
     """Compile like ScienceBoard: pdflatex, and with ``bibtex`` also bibtex + pdflatex twice."""
+    missing = [t for t in ("pdflatex", "bibtex") if shutil.which(t, path=state.env["PATH"]) is None]
+    if missing:
+        return JSONResponse({"error": f"not installed: {', '.join(missing)}"}, status_code=503)
     steps = [["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{body.file}.tex"]]
     if body.bibtex:
         steps += [["bibtex", body.file], steps[0], steps[0]]

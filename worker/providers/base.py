@@ -35,16 +35,18 @@ GUEST_HOME = "/home/user"  # the user home of OSWorld's and ScienceBoard's image
 @dataclass
 class GuestLayout:
     """How task files address this desktop: path and command rewrites (a local slot's home is
-    not ``/home/user``) and the port of application state APIs (ScienceBoard's ``«PORTLIKE»``)."""
+    not ``/home/user``), the port ScienceBoard's patched applications serve their state on
+    inside the desktop (``«PORTLIKE»``, 8000 on their images) and the URL the worker reaches
+    that port at (through a VM's address or a container's port mapping)."""
 
-    app_host: str = "127.0.0.1"
-    app_port: int = 8000
+    portlike: int = 8000
+    app_url: str = "http://127.0.0.1:8000"
     rewrites: list[tuple[str, str]] = field(default_factory=list)
 
     def rewrite(self, value: str) -> str:
         for old, new in self.rewrites:
             value = value.replace(old, new)
-        return value.replace("«PORTLIKE»", str(self.app_port))
+        return value.replace("«PORTLIKE»", str(self.portlike))
 
 
 class Desktop(abc.ABC):

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from coda.actions import Action, Done, Fail, Answer, to_pyautogui
+from coda.actions import Action, Answer, Done, Fail, to_pyautogui
 from coda.contracts.desktop import (
     ActResult,
     BrokenReason,

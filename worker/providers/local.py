@@ -28,9 +28,9 @@ from Xlib import X, display
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from coda.procs import free_port, stop_process
 from worker.guest import commands
+from worker.guest.xsession import ensure_xauthority
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
-from worker.guest.xsession import ensure_xauthority
 from worker.providers.image import SCIENCEBOARD_IMAGE, SlotImage
 
 ROOT_PATTERN = ["-mod", "8", "8", "-fg", "#4a6c94", "-bg", "#3b5a80"]
@@ -87,7 +87,8 @@ class LocalDesktop(Desktop):
         self._start_wm(base_env)
         subprocess.run(["xsetroot", *ROOT_PATTERN], env=base_env, check=True, timeout=10)
         port = free_port()
-        self.layout = GuestLayout(app_host="127.0.0.1", app_port=free_port(),
+        app_port = free_port()
+        self.layout = GuestLayout(portlike=app_port, app_url=f"http://127.0.0.1:{app_port}",
                                   rewrites=self.settings.image.rewrites(self.home))
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host",
                               "127.0.0.1", "--port", str(port), "--display", self.display,
@@ -112,8 +113,7 @@ class LocalDesktop(Desktop):
                                  f"{w}x{h}x24", "-nolisten", "tcp", "-noreset"],
                         pass_fds=(write_fd,))
             os.close(write_fd)
-            ready, _, _ = select.select([read_fd], [], [], self.settings.start_timeout_s)
-            number = os.read(read_fd, 64).decode().strip() if ready else ""
+            number = _read_line(read_fd, self.settings.start_timeout_s)
         finally:
             os.close(read_fd)
         if not number.isdigit():
@@ -151,8 +151,8 @@ class LocalDesktop(Desktop):
                              ("agent", BrokenReason.AGENT_GONE)):
             proc = self._procs.get(name)
             if proc is None or proc.poll() is not None:
-                return Health(ok=False, reason=reason,
-                              detail=f"{name} is not running (exit {getattr(proc, 'returncode', None)})")
+                code = None if proc is None else proc.returncode
+                return Health(ok=False, reason=reason, detail=f"{name} is not running ({code})")
         return Health(ok=True)
 
     def close(self) -> None:
@@ -194,6 +194,19 @@ def _wait_for(check: object, timeout: float, what: str | None) -> bool:
                 return False
             raise DesktopBroken(BrokenReason.START_FAILED, f"{what} did not start in {timeout:g} s")
         time.sleep(0.02)
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    """Read up to a newline (Xvfb writes the number, then the newline) or end of file."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 64) if ready else b""
+        if not chunk:
+            break
+        data += chunk
+    return data.decode().strip()
 
 
 def _wm_running(name: str | None) -> bool:
