@@ -23,12 +23,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from Xlib import X, display
-
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from coda.procs import free_port, stop_process
 from worker.guest import commands
-from worker.guest.xsession import ensure_xauthority
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
 from worker.providers.image import SCIENCEBOARD_IMAGE, SlotImage
@@ -76,9 +73,11 @@ class LocalDesktop(Desktop):
         run_dir = self.dir / "run"
         run_dir.mkdir(mode=0o700, exist_ok=True)
         xauth = self.dir / "Xauthority"
-        xauth.touch()
+        cookie = secrets.token_hex(16)
+        _xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
         self.settings.image.populate(self.home)
-        self.display = self._start_xvfb()
+        self.display = self._start_xvfb(xauth)
+        _xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         base_env = {
             "PATH": self.settings.image.path, "HOME": str(self.home), "DISPLAY": self.display,
             "XAUTHORITY": str(xauth), "XDG_RUNTIME_DIR": str(run_dir), "USER": "root",
@@ -105,12 +104,13 @@ class LocalDesktop(Desktop):
                 argv, env=env, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
 
-    def _start_xvfb(self) -> str:
+    def _start_xvfb(self, xauth: Path) -> str:
         w, h = self.settings.screen
         read_fd, write_fd = os.pipe()
         try:
             self._spawn("xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-                                 f"{w}x{h}x24", "-nolisten", "tcp", "-noreset"],
+                                 f"{w}x{h}x24", "-nolisten", "tcp", "-noreset",
+                                 "-auth", str(xauth)],
                         pass_fds=(write_fd,))
             os.close(write_fd)
             number = _read_line(read_fd, self.settings.start_timeout_s)
@@ -123,8 +123,7 @@ class LocalDesktop(Desktop):
 
     def _start_wm(self, env: dict[str, str]) -> None:
         self._spawn("wm", list(self.settings.window_manager), env=env)
-        _wait_for(lambda: _wm_running(self.display), self.settings.start_timeout_s,
-                  "the window manager")
+        _wait_for(lambda: _wm_running(env), self.settings.start_timeout_s, "the window manager")
 
     def _revert(self) -> GuestClient | None:
         guest = self._guest()
@@ -196,6 +195,12 @@ def _wait_for(check: object, timeout: float, what: str | None) -> bool:
         time.sleep(0.02)
 
 
+def _xauth_add(path: Path, display_name: str, cookie: str) -> None:
+    """Add an MIT-MAGIC-COOKIE-1 entry: only clients holding the slot's file may connect."""
+    subprocess.run(["xauth", "-q", "-f", str(path), "add", display_name, "MIT-MAGIC-COOKIE-1",
+                    cookie], check=True, timeout=10, capture_output=True)
+
+
 def _read_line(fd: int, timeout: float) -> str:
     """Read up to a newline (Xvfb writes the number, then the newline) or end of file."""
     deadline = time.monotonic() + timeout
@@ -209,12 +214,8 @@ def _read_line(fd: int, timeout: float) -> str:
     return data.decode().strip()
 
 
-def _wm_running(name: str | None) -> bool:
-    ensure_xauthority()
-    d = display.Display(name)
-    try:
-        prop = d.screen().root.get_full_property(
-            d.intern_atom("_NET_SUPPORTING_WM_CHECK"), X.AnyPropertyType)
-        return prop is not None and len(prop.value) > 0
-    finally:
-        d.close()
+def _wm_running(env: dict[str, str]) -> bool:
+    """The window manager published ``_NET_SUPPORTING_WM_CHECK`` on the root window (EWMH)."""
+    out = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=env,
+                         capture_output=True, text=True, timeout=10, check=False).stdout
+    return "window id #" in out
