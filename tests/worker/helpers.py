@@ -27,10 +27,10 @@ def wait_until(probe: Callable[[], T], what: str, timeout: float = 30.0) -> T:
         time.sleep(0.05)
 
 
-def window(guest: GuestClient, needle: str) -> dict[str, Any] | None:
+def window(guest: GuestClient | None, needle: str) -> dict[str, Any] | None:
     """The first window whose title or class contains ``needle`` (case-insensitive)."""
     n = needle.lower()
-    for w in guest.windows() or []:
+    for w in (guest.windows() if guest is not None else None) or []:
         if n in w["title"].lower() or any(n in c.lower() for c in w["wm_class"]):
             return w
     return None

@@ -57,10 +57,12 @@ def test_every_route_but_health_needs_the_token(desktop: LocalDesktop) -> None:
 
 def test_typing_into_xterm_creates_a_file_and_the_screenshot_shows_it(
         desktop: LocalDesktop) -> None:
-    guest = desktop.reset() and desktop.guest
+    desktop.reset()
+    guest = desktop.guest
     assert guest is not None
     guest.launch(["xterm", "-geometry", "80x12+40+40", "-bg", "white", "-fg", "black"])
     term = wait_until(lambda: window(guest, "xterm"), "the xterm window")
+    assert term is not None
     box = (term["x"], term["y"], term["x"] + term["width"], term["y"] + term["height"])
     assert desktop.act(Click(x=term["x"] + term["width"] // 2,
                              y=term["y"] + term["height"] // 2)).ok

@@ -14,14 +14,6 @@ from worker.providers.local import LocalDesktop, LocalProvider
 from .helpers import wait_until, window
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_local_desktop_passes_the_provider_contract(provider: LocalProvider) -> None:
     check_desktop(provider.desktop(5))
 
@@ -94,5 +86,5 @@ def test_close_stops_every_process(desktop_host: None) -> None:
     assert len(pids) >= 4
     root = provider.root
     provider.close()
-    assert not [p for p in pids if _alive(p)]
+    assert not [p for p in pids if commands.alive(p)]
     assert not root.exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Action, Hotkey, Press, TypeText
-from coda.contracts.desktop import CheckStatus, EpisodeEnd, StepStatus, Verdict
+from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, StepStatus, Verdict
 from coda.tasks import load_task_file
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
@@ -38,7 +38,7 @@ TEXSTUDIO_CASES = {
 }
 
 
-def _run_texstudio_task(desktop: LocalDesktop, name: str, actions: list[Action]):  # type: ignore[no-untyped-def]
+def _run_texstudio_task(desktop: LocalDesktop, name: str, actions: list[Action]) -> CheckOutcome:
     task = load_task_file(TASKS / "TeXstudio" / f"{name}.json")
     desktop.reset()
     ctx = TaskContext.for_desktop(desktop, task)

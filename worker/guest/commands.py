@@ -136,7 +136,7 @@ def kill_marked(desktop_id: str, *, grace_s: float = 0.5) -> int:
     left = pids
     while left and time.monotonic() < deadline:
         time.sleep(0.02)
-        left = [p for p in left if _alive(p)]
+        left = [p for p in left if alive(p)]
     for _ in range(50):
         left = marked_pids(desktop_id)
         if not left:
@@ -153,7 +153,7 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:

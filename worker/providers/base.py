@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from coda.actions import Action
 from coda.contracts.desktop import (
@@ -180,7 +180,7 @@ class Provider(abc.ABC):
             d.close()
         self._desktops.clear()
 
-    def __enter__(self) -> Provider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -13,7 +13,7 @@ root.geometry("320x200+200+150")
 button = tk.Button(root, text="Click me", bg="#808080", activebackground="#808080",
                    relief="flat", highlightthickness=0, bd=0)
 button.pack(fill="both", expand=True)
-state = {"clicked": False}
+state: dict[str, object] = {"clicked": False}
 
 
 def write() -> None:
