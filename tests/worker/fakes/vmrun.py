@@ -43,7 +43,7 @@ def main():
                       if [fill(a, values) for a in calls[i]["argv"]] == argv), None)
         f.write(json.dumps({"argv": argv, "start": start, "end": None, "matched": match}) + "\n")
     if match is None:
-        print(f"Error: unexpected vmrun call {argv}")
+        sys.stdout.write(f"Error: unexpected vmrun call {argv}\n")
         sys.exit(255)
     call = calls[match]
     time.sleep(call.get("delay_s", 0))

@@ -43,7 +43,7 @@ class FakeVM:
         vm = self
 
         class Snapshot:
-            def RevertToSnapshot_Task(self) -> FakeTask:  # noqa: N802 - vSphere's name
+            def RevertToSnapshot_Task(self) -> FakeTask:
                 vm._rec.add("RevertToSnapshot_Task", node["name"])
                 error = vm._scenario.get("revert_error")
                 if not error:
@@ -61,13 +61,13 @@ class FakeVM:
             {"toolsRunningStatus": "guestToolsNotRunning", "ipAddress": None})
         return SimpleNamespace(**state)
 
-    def PowerOnVM_Task(self) -> FakeTask:  # noqa: N802
+    def PowerOnVM_Task(self) -> FakeTask:
         self._rec.add("PowerOnVM_Task")
         self.runtime.powerState = "poweredOn"
         self._guest_left = list(self._scenario["guest_after_power_on"])
         return FakeTask(self._scenario["task_states"])
 
-    def PowerOffVM_Task(self) -> FakeTask:  # noqa: N802
+    def PowerOffVM_Task(self) -> FakeTask:
         self._rec.add("PowerOffVM_Task")
         self.runtime.powerState = "poweredOff"
         return FakeTask(self._scenario["task_states"])
@@ -95,6 +95,6 @@ class FakeServiceInstance:
             sessionManager=SimpleNamespace(Logout=lambda: rec.add("Logout")))
         self._stub = SimpleNamespace(DropConnections=lambda: rec.add("DropConnections"))
 
-    def RetrieveContent(self) -> Any:  # noqa: N802
+    def RetrieveContent(self) -> Any:
         self.rec.add("RetrieveContent")
         return self.content
