@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import docker
 
 from coda.contracts.desktop import BrokenReason
-from worker.providers.docker import DockerProvider, DockerSettings, kvm_available
+from worker.providers.docker import DockerDesktop, DockerProvider, DockerSettings, kvm_available
 from worker.providers.local import LocalDesktop
 
 from .fakes.docker_engine import ReplayEngine
@@ -45,6 +45,7 @@ def test_docker_lifecycle_matches_the_transcript(tmp_path: Path, desktop: LocalD
             qcow2=qcow2, guest_token=desktop.token, ready_timeout_s=30,
             client=lambda: docker.DockerClient(base_url=engine.url)))
         d = provider.desktop(0)
+        assert isinstance(d, DockerDesktop)
         obs = d.reset()  # stale container removed, created, started, published ports, ready
         assert (obs.width, obs.height) == (1280, 800)
         assert d.ports["vnc"] == 32801 and d.layout.app_url.endswith(":32804")
