@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from coda.service import create_service_app
 from worker import __version__
 from worker.guest import routes_coda, routes_osworld, routes_scienceboard
+from worker.guest.capture import keep_large_buffers
 from worker.guest.settings import GuestSettings
 from worker.guest.state import GuestState, require_token
 
@@ -17,6 +18,7 @@ from worker.guest.state import GuestState, require_token
 def create_app(settings: GuestSettings) -> FastAPI:
     """The agent for one display; refuses to build without a token unless throw-away."""
     settings.check_token()
+    keep_large_buffers()
     state = GuestState.create(settings)
 
     @contextlib.asynccontextmanager
