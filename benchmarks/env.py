@@ -5,7 +5,8 @@
   template, probe ready: agent answers, display up, screenshot not blank; the first observation
   is included);
 * ``screenshot_ms_*``: a screenshot through the agent over HTTP as the worker takes it
-  (``GET /screenshot``), median of ``--shots``, at 1280x800 (PNG, WebP) and 1920x1080 (PNG);
+  (``GET /screenshot``), median of ``--shots``, at 1280x800 (PNG, WebP) and 1920x1080 (PNG),
+  with TeXstudio open on a bundled ScienceBoard document (what an episode looks at);
 * ``osworld_screenshot_ms_1280x800_png``: the same screenshot on the same display taken the way
   OSWorld's server (``desktop_env/server/main.py``, shipped by ScienceBoard) does it: PIL's
   ``ImageGrab.grab()`` over a new XCB connection (what pyautogui/pyscreeze call on their GNOME
@@ -111,6 +112,22 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
 
+def _open_document(desktop: LocalDesktop) -> None:
+    """TeXstudio on the first bundled TeXstudio task's document, so screenshots show an app."""
+    guest = desktop.guest
+    assert guest is not None
+    task = json.loads((ROOT / "examples/scienceboard/VM/TeXstudio/A-01.json").read_text())
+    text = next(s["text"] for s in task["initialize"] if s["func"] == "touch")
+    path = f"{desktop.home}/atelier/main.tex"
+    guest.upload(path, text.encode())
+    guest.launch(["texstudio", path])
+    deadline = time.monotonic() + 60
+    while not any("main.tex" in w["title"] for w in guest.windows() or []):
+        if time.monotonic() > deadline:
+            raise RuntimeError("TeXstudio did not open the document")
+        time.sleep(0.05)
+
+
 def _episode(desktop: LocalDesktop) -> None:
     """What an episode leaves behind: an application window and a file in the home."""
     guest = desktop.guest
@@ -143,6 +160,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["reset_ready_s_all"] = [round(r, 3) for r in resets]
         assert d.guest is not None and d.display is not None
         guest = d.guest
+        _open_document(d)
         os.environ["DISPLAY"] = d.display
         os.environ["XAUTHORITY"] = str(d.dir / "Xauthority")
         with tempfile.TemporaryDirectory() as tmp:
@@ -165,7 +183,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             assert theirs_png.size == (1280, 800)
         b = big.desktop(0)
         b.reset()
-        assert b.guest is not None
+        assert isinstance(b, LocalDesktop) and b.guest is not None
+        _open_document(b)
         bguest = b.guest
         bguest.screenshot()
         big_png = [_ms(lambda: bguest.screenshot()) for _ in range(args.shots)]

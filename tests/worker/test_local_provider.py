@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from functools import partial
 
 from coda.contracts.desktop import BrokenReason
 from worker.guest import commands
@@ -88,3 +89,17 @@ def test_close_stops_every_process(desktop_host: None) -> None:
     provider.close()
     assert not [p for p in pids if commands.alive(p)]
     assert not root.exists()
+
+
+def test_slots_are_isolated_even_for_single_instance_apps(provider: LocalProvider) -> None:
+    """TeXstudio hands a second start to the running instance; each slot gets its own."""
+    a, b = provider.desktop(1), provider.desktop(2)
+    for d in (a, b):
+        d.reset()
+        assert d.guest is not None
+        d.guest.upload(f"{d.home}/atelier/{d.id}.tex", b"\\documentclass{article}\n")
+        d.guest.launch(["texstudio", f"{d.home}/atelier/{d.id}.tex"])
+    for d in (a, b):
+        wait_until(partial(window, d.guest, f"{d.id}.tex"), f"TeXstudio on {d.id}")
+    assert a.display != b.display and a.home != b.home
+

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 from coda.actions import Action
 from coda.contracts.desktop import (
@@ -158,19 +158,22 @@ class Desktop(abc.ABC):
             raise DesktopBroken(h.reason, f"not ready after {self.ready_timeout_s:g} s: {h.detail}")
 
 
-class Provider(abc.ABC):
+D = TypeVar("D", bound=Desktop)
+
+
+class Provider(abc.ABC, Generic[D]):
     """Creates the desktops of a fleet of slots and hands them out."""
 
     name = "provider"
 
     def __init__(self) -> None:
-        self._desktops: dict[int, Desktop] = {}
+        self._desktops: dict[int, D] = {}
 
     @abc.abstractmethod
-    def _make(self, slot: int) -> Desktop:
+    def _make(self, slot: int) -> D:
         """A desktop for ``slot`` (not started: the first ``reset`` starts it)."""
 
-    def desktop(self, slot: int) -> Desktop:
+    def desktop(self, slot: int) -> D:
         if slot not in self._desktops:
             self._desktops[slot] = self._make(slot)
         return self._desktops[slot]

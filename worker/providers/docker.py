@@ -136,7 +136,7 @@ def _published(attrs: dict[str, Any]) -> dict[str, int]:
     return {name: int(bound[f"{port}/tcp"][0]["HostPort"]) for name, port in GUEST_PORTS.items()}
 
 
-class DockerProvider(Provider):
+class DockerProvider(Provider[DockerDesktop]):
     name = "docker"
 
     def __init__(self, settings: DockerSettings) -> None:

@@ -72,6 +72,8 @@ class LocalDesktop(Desktop):
         self.dir.mkdir(parents=True, exist_ok=True)
         run_dir = self.dir / "run"
         run_dir.mkdir(mode=0o700, exist_ok=True)
+        tmp_dir = self.dir / "tmp"  # single-instance apps (TeXstudio) meet in TMPDIR: per slot
+        tmp_dir.mkdir(mode=0o700, exist_ok=True)
         xauth = self.dir / "Xauthority"
         cookie = secrets.token_hex(16)
         _xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
@@ -80,7 +82,8 @@ class LocalDesktop(Desktop):
         _xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         base_env = {
             "PATH": self.settings.image.path, "HOME": str(self.home), "DISPLAY": self.display,
-            "XAUTHORITY": str(xauth), "XDG_RUNTIME_DIR": str(run_dir), "USER": "root",
+            "XAUTHORITY": str(xauth), "XDG_RUNTIME_DIR": str(run_dir), "TMPDIR": str(tmp_dir),
+            "USER": "root",
             "SHELL": "/bin/sh", **self.settings.image.env,
         }
         self._start_wm(base_env)
@@ -159,7 +162,7 @@ class LocalDesktop(Desktop):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class LocalProvider(Provider):
+class LocalProvider(Provider[LocalDesktop]):
     name = "local"
 
     def __init__(self, settings: LocalSettings | None = None) -> None:

@@ -151,7 +151,7 @@ class VmwareDesktop(Desktop):
         return Health(ok=True)
 
 
-class VmwareProvider(Provider):
+class VmwareProvider(Provider[VmwareDesktop]):
     name = "vmware"
 
     def __init__(self, settings: VmwareSettings) -> None:

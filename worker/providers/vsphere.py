@@ -149,7 +149,7 @@ class VsphereDesktop(Desktop):
         return Health(ok=True)
 
 
-class VsphereProvider(Provider):
+class VsphereProvider(Provider[VsphereDesktop]):
     name = "vsphere"
 
     def __init__(self, settings: VsphereSettings) -> None:
