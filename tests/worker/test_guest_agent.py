@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from coda.actions import Click, TypeText
+from coda.actions import Click, Move, TypeText
 from worker.guest import a11y, commands
 from worker.guest.runner import ActionRunner, ActionTimeout
 from worker.providers.local import LocalDesktop
@@ -92,6 +92,18 @@ def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
     shown = wait_until(lambda: pixel(desktop.observe().image, *probe) == (0x20, 0xC0, 0x20),
                        "the button to turn green in a screenshot", timeout=10)
     assert shown
+
+
+def test_screenshots_draw_the_cursor(desktop: LocalDesktop) -> None:
+    desktop.reset()
+    assert desktop.act(Move(x=900, y=600)).ok
+    empty = desktop.observe().image  # the root window's pattern, the cursor elsewhere
+    assert desktop.act(Move(x=300, y=300)).ok
+    box = (300, 300, 312, 316)
+    with_cursor = desktop.observe().image
+    assert region(empty, box) != region(with_cursor, box)
+    assert desktop.act(Move(x=900, y=600)).ok
+    assert region(desktop.observe().image, box) == region(empty, box)
 
 
 def test_screenshot_formats_and_scaled_sizes(desktop: LocalDesktop) -> None:

@@ -16,8 +16,14 @@ import pytest
 import requests
 from PIL import Image
 
+from coda.actions import Click
+from coda.contracts.desktop import GuestKind
 from coda.procs import free_port, stop_process
+from coda.tasks import parse_task
+from worker.providers.base import GuestLayout
+from worker.providers.client import GuestClient
 from worker.providers.local import LocalDesktop
+from worker.tasks import TaskContext, run_setup
 
 from .helpers import wait_until, window
 
@@ -82,6 +88,12 @@ def test_osworld_client_sequence(server: str, desktop: LocalDesktop) -> None:
     assert r.status_code == 200 and "launched successfully" in r.text
     assert desktop.guest is not None
     wait_until(lambda: window(desktop.guest, "osworld-term"), "the launched xterm")
+    r = requests.post(server + "/setup/open_file", headers=headers,
+                      data=json.dumps({"path": f"{home}/Desktop/notes.txt"}))
+    assert r.status_code == 200 and r.text == "File opened successfully"
+    r = requests.post(server + "/setup/open_file", headers=headers,
+                      data=json.dumps({"path": f"{home}/Desktop/missing.txt"}))
+    assert r.status_code == 404
     r = requests.post(server + "/setup/execute", headers=headers,
                       data=json.dumps({"command": "ls ~/Desktop", "shell": True}))
     assert r.status_code == 200 and r.json()["output"] == "notes.txt\n"
@@ -112,7 +124,7 @@ def test_osworld_client_sequence(server: str, desktop: LocalDesktop) -> None:
     assert tree.status_code in (200, 503)  # 503 without an AT-SPI bus, never a crash
     listing = requests.post(server + "/list_directory", headers=headers,
                             data=json.dumps({"path": str(home / "Desktop")}))
-    assert listing.json()["directory_tree"]["children"] == [{"type": "file", "name": "notes.txt"}]
+    assert {"type": "file", "name": "notes.txt"} in listing.json()["directory_tree"]["children"]
 
     # ScienceBoard's VManager: JSON content type on every POST, /read, /write, /append, /opt
     sb = f"{home}/atelier/sb.txt"
@@ -123,3 +135,28 @@ def test_osworld_client_sequence(server: str, desktop: LocalDesktop) -> None:
     assert requests.get(server + "/read", params={"path": sb}).text == "ab"
     assert requests.post(server + "/opt", headers=headers, json={"depth": 10}).text == "OK"
     assert requests.post(server + "/screen_size", headers=headers).status_code == 200
+
+
+def test_the_worker_drives_an_osworld_style_server_unmodified(throwaway_agent: str,
+                                                              desktop: LocalDesktop) -> None:
+    """The provider side's client in OSWorld mode (no token, no /health, no window list):
+    readiness by screenshot, scaling on the worker, actions as ``python -c`` through /execute,
+    ``launch`` waiting the task's ``wait`` seconds as ScienceBoard does."""
+    guest = GuestClient(throwaway_agent, kind=GuestKind.OSWORLD)
+    try:
+        assert guest.health().ok
+        obs = guest.observe(fmt="webp", width=640)
+        assert (obs.width, obs.height, obs.screen_width) == (640, 400, 1280)
+        assert guest.act(Click(x=5, y=5)).ok
+        assert guest.windows() is None
+        task = parse_task({"type": "TeXstudio", "sort": "VM", "steps": 1, "instruction": "t",
+                           "version": "0.1", "evaluate": [], "initialize": [
+                               {"func": "touch", "path": "/home/user/a.txt", "text": "x"},
+                               {"func": "launch", "command": "xterm", "shell": True,
+                                "wait": 0.2}]}, task_id="t/1")
+        ctx = TaskContext(task=task, guest=guest, layout=GuestLayout(
+            rewrites=[("/home/user", str(desktop.home))]))
+        report = run_setup(ctx)
+        assert report.ok and "waited 0.2 s" in report.steps[1].detail
+    finally:
+        guest.close()

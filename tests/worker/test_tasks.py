@@ -4,6 +4,10 @@ Lean adapters on a desktop without those applications, and the lambda sandbox.""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -134,14 +138,30 @@ def test_task_lambdas_cannot_escape(source: str) -> None:
 
 # --- on a real desktop --------------------------------------------------------------------
 
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[str]:
+    """A real HTTP server on this host serving ``tmp_path`` (downloads need no internet)."""
+    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, web: str) -> None:
     local = tmp_path / "data.txt"
     local.write_text("uploaded from the host\n")
     home = "/home/user"  # OSWorld / ScienceBoard paths; the local slot maps them to its home
     task = osworld_task([
         {"type": "upload_file", "parameters": {"files": [
             {"local_path": str(local), "path": f"{home}/Desktop/data.txt"}]}},
+        {"type": "download", "parameters": {"files": [
+            {"url": f"{web}/data.txt", "path": f"{home}/Downloads/fetched.txt"}]}},
         {"type": "execute", "parameters": {"command": ["cp", f"{home}/Desktop/data.txt",
                                                        f"{home}/copy.txt"]}},
         {"type": "command", "parameters": {"command": "ls ~/copy.txt", "shell": True,
@@ -149,6 +169,7 @@ def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
         {"type": "launch", "parameters": {"command": ["xterm", "-T", "osworld-cfg"]}},
         {"type": "activate_window", "parameters": {"window_name": "osworld-cfg"}},
         {"type": "sleep", "parameters": {"seconds": 0}},
+        {"type": "open", "parameters": {"path": f"{home}/Downloads/fetched.txt"}},
     ], {
         "func": ["check_include_exclude", "exact_match", "file_contains"],
         "result": [{"type": "vm_command_line", "command": "cat ~/copy.txt", "shell": True},
@@ -164,7 +185,8 @@ def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
     ctx = TaskContext.for_desktop(desktop, task)
     report = run_setup(ctx)
     assert report.ok, report.first_problem
-    assert window(ctx.guest, "osworld-cfg") is not None
+    wait_until(lambda: window(ctx.guest, "osworld-cfg"), "the launched xterm")
+    assert ctx.guest.read_file(ctx.rw(f"{home}/Downloads/fetched.txt")) == local.read_bytes()
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
     assert outcome.verdict is Verdict.SUCCESS, outcome
     wait_until(lambda: window(ctx.guest, "osworld-cfg") is None, "postconfig to close the xterm")
@@ -174,17 +196,24 @@ def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
     assert outcome.results[0].detail == "score 0.000"
 
 
-def test_texstudio_checkers_on_touched_files(desktop: LocalDesktop) -> None:
+def test_texstudio_checkers_on_touched_files(desktop: LocalDesktop, tmp_path: Path,
+                                            web: str) -> None:
+    (tmp_path / "refs.txt").write_text("served\n")
     task = sb_task(
         [{"func": "touch", "path": "/home/user/atelier/main.tex",
-          "text": "\\documentclass{article}\n\\begin{document}\nxxx\n\\end{document}\n"}],
+          "text": "\\documentclass{article}\n\\begin{document}\nxxx\n\\end{document}\n"},
+         {"func": "download", "url": f"{web}/refs.txt", "path": "/home/user/atelier/refs.txt"},
+         {"func": "opt", "depth": 12},
+         {"func": "execute", "command": "test -f /home/user/atelier/refs.txt", "shell": True}],
         [{"type": "file", "path": "/home/user/atelier/main.tex", "source": "xxx",
           "target": "42"},
          {"type": "include", "path": "/home/user/atelier/main.tex", "pattern": "\\\\begin"},
          {"type": "compile", "path": "/home/user/atelier", "file": "main"}])
     desktop.reset()
     ctx = TaskContext.for_desktop(desktop, task)
-    assert run_setup(ctx).ok
+    report = run_setup(ctx)
+    assert report.ok, report.first_problem
+    assert report.steps[3].detail == "returncode 0"  # /home/user mapped inside the command too
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
     assert [r.status for r in outcome.results] == [
         CheckStatus.FAIL, CheckStatus.PASS, CheckStatus.PASS]
