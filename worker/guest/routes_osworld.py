@@ -173,9 +173,13 @@ def upload(file_path: Annotated[str | None, Form()] = None,
     if not file_path or file_data is None:
         return JSONResponse({"error": "file_path and file_data are required"}, status_code=400)
     path = _expand(file_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as out:
-        shutil.copyfileobj(file_data.file, out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as out:
+            shutil.copyfileobj(file_data.file, out)
+    except OSError as exc:
+        return JSONResponse({"error": f"file_path: cannot write {path}: {exc.strerror}"},
+                            status_code=400)
     return PlainTextResponse("File Uploaded")
 
 
@@ -184,26 +188,32 @@ def open_file(body: PathBody, state: StateDep) -> Response:
     path = _expand(body.path)
     if not path.exists():
         return PlainTextResponse(f"File not found: {path}", status_code=404)
-    commands.launch(["xdg-open", str(path)], shell=False, env=state.env)
+    try:
+        commands.launch(["xdg-open", str(path)], shell=False, env=state.env)
+    except OSError as exc:
+        return PlainTextResponse(f"Failed to open {path}. Error: {exc}", status_code=503)
     return PlainTextResponse("File opened successfully")
 
 
-def _wmctrl(body: WindowBody, op: str, state: StateDep) -> None:
+def _wmctrl(body: WindowBody, op: str, state: StateDep, done: str) -> Response:
+    """OSWorld's window routes: ``wmctrl -[x][F]<a|c> name``, 200 whatever wmctrl found."""
     flags = f"-{'x' if body.by_class else ''}{'F' if body.strict else ''}{op}"
-    subprocess.run(["wmctrl", flags, body.window_name], env=state.env, timeout=10,
-                   capture_output=True, check=False)
+    try:
+        subprocess.run(["wmctrl", flags, body.window_name], env=state.env, timeout=10,
+                       capture_output=True, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return PlainTextResponse(f"wmctrl failed: {exc}", status_code=503)
+    return PlainTextResponse(done)
 
 
-@router.post("/setup/activate_window", response_class=PlainTextResponse)
-def activate_window(body: WindowBody, state: StateDep) -> str:
-    _wmctrl(body, "a", state)
-    return "Window activated successfully"
+@router.post("/setup/activate_window", response_model=None)
+def activate_window(body: WindowBody, state: StateDep) -> Response:
+    return _wmctrl(body, "a", state, "Window activated successfully")
 
 
-@router.post("/setup/close_window", response_class=PlainTextResponse)
-def close_window(body: WindowBody, state: StateDep) -> str:
-    _wmctrl(body, "c", state)
-    return "Window closed successfully."
+@router.post("/setup/close_window", response_model=None)
+def close_window(body: WindowBody, state: StateDep) -> Response:
+    return _wmctrl(body, "c", state, "Window closed successfully.")
 
 
 @router.post("/setup/download_file", response_model=None)

@@ -48,24 +48,28 @@ def read(path: Annotated[str, Query(min_length=1)]) -> Any:
     p = Path(path)
     if not p.is_file():
         return JSONResponse({"error": f"no such file: {path}"}, status_code=404)
-    return PlainTextResponse(p.read_text(encoding="utf-8"))
+    return PlainTextResponse(p.read_text(encoding="utf-8", errors="replace"))
 
 
-def _write(body: WriteBody, mode: str) -> str:
+def _write(body: WriteBody, mode: str) -> Any:
     p = Path(body.path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with p.open(mode, encoding="utf-8") as out:
-        out.write(body.content)
-    return "OK"
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open(mode, encoding="utf-8") as out:
+            out.write(body.content)
+    except OSError as exc:
+        return JSONResponse({"error": f"path: cannot write {p}: {exc.strerror}"},
+                            status_code=400)
+    return PlainTextResponse("OK")
 
 
-@router.post("/write", response_class=PlainTextResponse)
-def write(body: WriteBody) -> str:
+@router.post("/write", response_model=None)
+def write(body: WriteBody) -> Any:
     return _write(body, "w")
 
 
-@router.post("/append", response_class=PlainTextResponse)
-def append(body: WriteBody) -> str:
+@router.post("/append", response_model=None)
+def append(body: WriteBody) -> Any:
     return _write(body, "a")
 
 

@@ -83,6 +83,11 @@ class Desktop(abc.ABC):
         """The hypervisor's / container's view; default: nothing to add."""
         return Health(ok=True)
 
+    def _down(self) -> Health | None:
+        """Checked between readiness probes: a cheap sign that the machine is gone (so
+        waiting is pointless), or None. Default: none."""
+        return None
+
     # contract ------------------------------------------------------------------------------
 
     def reset(self, *, options: dict[str, Any] | None = None) -> Observation:
@@ -152,7 +157,7 @@ class Desktop(abc.ABC):
         self.guest = self._start()
 
     def _wait_ready(self) -> None:
-        h = self._guest().wait_ready(timeout=self.ready_timeout_s)
+        h = self._guest().wait_ready(timeout=self.ready_timeout_s, gone=self._down)
         if not h.ok:
             assert h.reason is not None
             raise DesktopBroken(h.reason, f"not ready after {self.ready_timeout_s:g} s: {h.detail}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -107,14 +108,19 @@ class GuestClient:
                           detail="the screen is one flat colour")
         return Health(ok=True)
 
-    def wait_ready(self, *, timeout: float, interval: float = 0.1) -> Health:
-        """Probe :meth:`health` until it passes or ``timeout`` seconds have gone."""
+    def wait_ready(self, *, timeout: float, interval: float = 0.1,
+                   gone: Callable[[], Health | None] | None = None) -> Health:
+        """Probe :meth:`health` until it passes or ``timeout`` seconds have gone; ``gone``
+        may report that waiting longer is pointless (the machine itself is down)."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             h = self.health(timeout=max(0.5, min(5.0, left)))
             if h.ok or left <= 0:
                 return h
+            down = gone() if gone is not None else None
+            if down is not None:
+                return down
             time.sleep(min(interval, max(left, 0)))
 
     # observation and actions -------------------------------------------------------------

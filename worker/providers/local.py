@@ -157,6 +157,15 @@ class LocalDesktop(Desktop):
                 return Health(ok=False, reason=reason, detail=f"{name} is not running ({code})")
         return Health(ok=True)
 
+    def _down(self) -> Health | None:
+        h = self._machine_health()  # a poll of our own processes: free
+        if h.ok:
+            return None
+        logs = {n: (self.dir / f"{n}.log") for n in ("agent", "xvfb", "wm")}
+        tail = " | ".join(f"{n}: {p.read_text(errors='replace').strip()[-300:]}"
+                          for n, p in logs.items() if p.exists() and p.stat().st_size)
+        return Health(ok=False, reason=h.reason, detail=f"{h.detail}; {tail}".strip("; "))
+
     def close(self) -> None:
         super().close()
         shutil.rmtree(self.dir, ignore_errors=True)
