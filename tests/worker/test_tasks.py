@@ -4,6 +4,7 @@ Lean adapters on a desktop without those applications, and the lambda sandbox.""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from coda.actions import Answer, Click, Done, Fail
-from coda.contracts.desktop import CheckStatus, EpisodeEnd, StepStatus, Verdict
+from coda.contracts.desktop import BrokenReason, CheckStatus, EpisodeEnd, StepStatus, Verdict
 from coda.tasks import load_task_file, parse_task
 from worker.providers.base import GuestLayout
 from worker.providers.client import GuestClient
@@ -246,3 +247,17 @@ def test_chimerax_and_lean_adapters_say_unavailable_where_the_apps_are_missing(
     assert report.first_problem.status is StepStatus.UNAVAILABLE
     result = run_checkers(ctx, EpisodeEnd(kind="DONE")).results[0]
     assert result.type == "placeholder" and result.status is CheckStatus.UNAVAILABLE
+
+
+def test_a_guest_that_accepts_but_never_answers_is_not_answering() -> None:
+    """A VM whose network is up but whose guest server hangs: typed, bounded, no crash."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # connections queue, nothing ever answers
+        port = listener.getsockname()[1]
+        guest = GuestClient(f"http://127.0.0.1:{port}", kind=None, timeout=0.5)
+        try:
+            health = guest.health(timeout=0.5)
+        finally:
+            guest.close()
+    assert not health.ok and health.reason is BrokenReason.NOT_ANSWERING
