@@ -56,7 +56,10 @@ class Health(_Model):
 
 
 class Observation(_Model):
-    """One screenshot of a desktop, as the planner and executor will see it."""
+    """One screenshot of a desktop, as the planner and executor will see it (the image is
+    base64 in JSON)."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
     image: bytes = Field(repr=False, description="encoded image")
     format: ImageFormat = "png"
@@ -104,15 +107,6 @@ class SetupReport(_Model):
     @property
     def first_problem(self) -> SetupStepResult | None:
         return next((s for s in self.steps if s.status is not StepStatus.OK), None)
-
-
-class SetupError(RuntimeError):
-    """A setup step that did not succeed; carries its typed result."""
-
-    def __init__(self, result: SetupStepResult) -> None:
-        super().__init__(f"setup step {result.index} ({result.func}): {result.status.value}: "
-                         f"{result.detail}")
-        self.result = result
 
 
 class CheckStatus(StrEnum):
