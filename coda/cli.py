@@ -250,6 +250,7 @@ def status(
 
 
 _register_service_clis()
+app.add_typer(__import__("worker.guest.cli", fromlist=["app"]).app, name="guest")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
