@@ -19,7 +19,7 @@ from coda.artifacts import ArtifactError, ArtifactStore
 from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app
 from coda.tasks import TaskLoadError
-from master import batches, jobs, maintenance, workers
+from master import batches, jobs, maintenance, shutdown, workers
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
 from master.db.session import make_engine
@@ -62,12 +62,15 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         gc.collect()
         gc.freeze()
         gc.set_threshold(*s.gc_thresholds)
+        restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
         loop = asyncio.create_task(maintenance.run(core, stop))
         log.info("master ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url)
         try:
             yield
         finally:
+            core.stopping.set()
+            restore_signals()
             stop.set()
             await loop
             await redis.aclose()
@@ -101,6 +104,7 @@ def _errors(app: FastAPI) -> None:
         return handle
 
     app.add_exception_handler(jobs.LeaseLost, handler(409))
+    app.add_exception_handler(jobs.StepRefused, handler(409))
     app.add_exception_handler(jobs.JobNotFound, handler(404))
     app.add_exception_handler(batches.BatchNotFound, handler(404))
     app.add_exception_handler(workers.WorkerNotFound, handler(404))

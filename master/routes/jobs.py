@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -58,7 +59,8 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
 
 @router.post("/lease")
 async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
-    """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready."""
+    """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
+    (a master that is stopping answers at once, with no job)."""
     if not await _registered(core, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
@@ -67,9 +69,11 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
     while True:
         got = await jobs.lease(core.pg, core.queue, worker_id=body.worker_id, kind=body.kind,
                                capacity=body.capacity, ttl_s=s.lease_ttl_s)
-        if got or time.monotonic() >= deadline:
+        if got or time.monotonic() >= deadline or core.stopping.is_set():
             break
-        await asyncio.sleep(min(s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(core.stopping.wait(), timeout=min(
+                s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)
