@@ -48,19 +48,20 @@ class _Rows:
 
 def _rows(batch_id: uuid.UUID, spec: BatchCreate, tasks: list[TaskSpec]) -> _Rows:
     rows = _Rows()
+    version = json.dumps(spec.planner_version)
     for n, task in enumerate(tasks):
         rows.task_ids.append(uuid.uuid4())
         rows.task_names.append(task.id)
         rows.task_apps.append(task.app)
-        task_json = task.model_dump(mode="json")
-        rows.task_specs.append(json.dumps(task_json, separators=(",", ":")))
+        task_json = task.model_dump_json()
+        rows.task_specs.append(task_json)
         for k in range(spec.rollouts):
             ep, job = uuid.uuid4(), uuid.uuid4()
-            # EpisodePayload's JSON, built without dumping the task once per rollout
-            payload = {"episode_id": str(ep), "batch_id": str(batch_id), "rollout": k,
-                       "task": task_json, "planner_version": spec.planner_version}
+            # EpisodePayload's JSON, written around the task's JSON (dumped once per task)
+            rows.payloads.append(
+                f'{{"episode_id":"{ep}","batch_id":"{batch_id}","rollout":{k},'
+                f'"task":{task_json},"planner_version":{version}}}')
             rows.job_ids.append(job)
-            rows.payloads.append(json.dumps(payload, separators=(",", ":")))
             rows.episode_ids.append(ep)
             rows.episode_tasks.append(n)
             rows.rollouts.append(k)
