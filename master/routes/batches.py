@@ -12,11 +12,12 @@ from pydantic import ValidationError
 
 from coda.contracts.master_api import BatchCreate, BatchCreated, BatchList
 from coda.contracts.records import MAX_OFFSET, NAME_MAX, Batch
+from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
 from master import batches
 from master.auth import Admin, Reader
 from master.state import State
-from master.taskfile import TaskFileError, read_task_file
+from master.taskfile import check_text, read_task_file
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 MAX_ERRORS = 100  # a response lists at most this many refused tasks
@@ -65,14 +66,11 @@ async def upload_batch(
     name: Annotated[str | None, Form(max_length=NAME_MAX)] = None,
 ) -> BatchCreated:
     """Create a batch from an uploaded task file (JSON object, JSON list or JSONL)."""
+    filename = check_text(("body", "file", "filename"), file.filename or None)
+    check_text(("body", "name"), name)
     raw = await file.read()
-    filename = file.filename or None
-    try:
-        docs = await asyncio.to_thread(read_task_file, raw, jsonl=(filename or "").endswith(
-            ".jsonl"))
-    except TaskFileError as exc:
-        raise _unprocessable([{"loc": ["body", "file", *exc.loc], "msg": f"file: {exc}",
-                               "type": exc.kind}]) from exc
+    docs = await asyncio.to_thread(read_task_file, raw,
+                                   jsonl=(filename or "").endswith(".jsonl"))
     try:
         spec = BatchCreate(name=name or (filename or "")[:NAME_MAX] or None, tasks=docs,
                            rollouts=rollouts, priority=priority, max_attempts=max_attempts)
@@ -92,13 +90,13 @@ async def list_batches(core: State, _: Reader, limit: Annotated[int, Query(ge=1,
     return BatchList(items=items, total=total)
 
 
-@router.get("/{batch_id}")
+@router.get("/{batch_id}", responses=error_responses(404))
 async def get_batch(batch_id: uuid.UUID, core: State, _: Reader) -> Batch:
     """One batch with progress."""
     return await batches.get(core.engine, batch_id)
 
 
-@router.post("/{batch_id}/cancel")
+@router.post("/{batch_id}/cancel", responses=error_responses(404))
 async def cancel_batch(batch_id: uuid.UUID, core: State, _: Admin) -> Batch:
     """Cancel every queued or running episode of the batch."""
     return await batches.cancel(core.engine, core.pg, core.queue, batch_id)

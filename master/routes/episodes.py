@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from coda.contracts.master_api import EpisodeList
 from coda.contracts.records import MAX_OFFSET, Episode, EpisodeStatus
+from coda.service import error_responses
 from master import batches
 from master.auth import Reader
 from master.state import State
@@ -29,7 +30,7 @@ async def list_episodes(
     return EpisodeList(items=items, total=total)
 
 
-@router.get("/{episode_id}")
+@router.get("/{episode_id}", responses=error_responses(404))
 async def get_episode(episode_id: uuid.UUID, core: State, _: Reader,
                       steps: bool = True) -> Episode:
     """One episode, with its steps (every attempt) unless ``steps=false``."""

@@ -88,7 +88,7 @@ def test_upload_batch_file_and_bad_json(master, tmp_path):
     assert ep["task_id"] == f"Lean/{f.stem}" and ep["app"] == "Lean"
     r = httpx.post(f"{master.url}/v1/batches/upload", headers=h,
                    files={"file": ("x.json", b"{not json")})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "file"]
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][:2] == ["body", "file"]
 
 
 def test_artifacts_upload_limits_and_traversal(master):
