@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from coda.procs import free_port
+from tests.fixtures.infra import embedded_data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CODA = [sys.executable, "-m", "coda.cli"]
@@ -64,11 +65,15 @@ def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
 
 
 @pytest.mark.slow
-def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data(tmp_path):
+def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data():
     """The Quick start's main job: embedded Postgres + Redis + master + demo batch."""
+    with embedded_data_dir() as data:  # a folder the server user reaches: cluster kept inside
+        _up_embedded(data / "home")
+
+
+def _up_embedded(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     port = free_port()
-    home = tmp_path / "home"
 
     def start() -> subprocess.Popen[str]:
         proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
