@@ -67,8 +67,8 @@ def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
 @pytest.mark.slow
 def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data():
     """The Quick start's main job: embedded Postgres + Redis + master + demo batch."""
-    with embedded_data_dir() as data:  # a folder the server user reaches: cluster kept inside
-        _up_embedded(data / "home")
+    with embedded_data_dir() as home:  # a folder the server user reaches: cluster kept inside
+        _up_embedded(home)
 
 
 def _up_embedded(home: Path) -> None:
