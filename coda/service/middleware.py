@@ -28,37 +28,28 @@ from urllib.parse import parse_qsl
 
 import structlog
 from prometheus_client import Counter, Histogram
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coda.logging import get_logger
 from coda.service.cancellation import bind_cancel_event, reset_cancel_event
 from coda.service.errors import safe_json
 from coda.service.jsonguard import JSONBodyError, strict_loads, text_problem
+from coda.service.routes import RouteTable
 
 log = get_logger("coda.service")
 THREAD_PARSE_BYTES = 256 * 1024
 """JSON bodies larger than this are checked off the event loop."""
 
 
-def matched_route(router_app: Any, scope: Scope) -> Any:
-    """The route of ``router_app`` that fully matches ``scope``, or None."""
-    for route in getattr(router_app, "routes", []):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return route
-    return None
-
-
 class RequestContext:
     """Request ids, request metrics and the JSON 500 for unhandled exceptions."""
 
     def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram,
-                 router_app: Any = None) -> None:
+                 routes: RouteTable | None = None) -> None:
         self.app = app
         self.requests = requests
         self.latency = latency
-        self.router_app = router_app
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,8 +85,11 @@ class RequestContext:
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
             if started:
-                route = scope.get("route") or matched_route(self.router_app, scope)
-                path = getattr(route, "path", "unmatched")
+                path = getattr(scope.get("route"), "path", None)
+                if path is None and self.routes is not None:  # answered before routing
+                    info = self.routes.find(scope)
+                    path = info.path_format if info is not None else None
+                path = path or "unmatched"
                 self.requests.labels(path, scope["method"], str(status)).inc()
                 self.latency.labels(path, scope["method"]).observe(time.perf_counter() - start)
 
