@@ -92,11 +92,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
     app.state.settings = s
     for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
                    artifacts.router, groups.router, models.router, status.router):
-        # The routes themselves, not include_router: FastAPI 0.163 wraps an included router in
-        # one _IncludedRouter, whose routes the kit's AuthGate does not see (it looks for
-        # APIRoute), so their tokens would be checked after the body. The routers have no
-        # prefix or dependency of their own to apply at inclusion.
-        app.router.routes.extend(router.routes)
+        app.include_router(router)
     _errors(app)
     return app
 
