@@ -9,7 +9,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
-from coda.contracts.training import Group, GroupRecord, GroupStatus, ModelVersion
+from coda.contracts.training import (
+    Group,
+    GroupRecord,
+    GroupStatus,
+    ModelVersion,
+    TrainingMetrics,
+    VersionTraining,
+)
 
 MAX_ROLLOUTS = 64
 
@@ -179,3 +186,7 @@ class StatusReport(BaseModel):
     workers: list[Worker]
     queues: list[QueueDepth]
     recent_episodes: list[Episode]
+    training: list[VersionTraining] = Field(default_factory=list,
+                                            description="trainer figures per planner version")
+    training_curve: list[TrainingMetrics] = Field(default_factory=list,
+                                                  description="the latest updates, oldest first")
