@@ -96,6 +96,7 @@ class Trainer:
         self._trained: set[str] = set()
         self._master: MasterClient | None = None
         self._writer: Any = None
+        self._started = False
         self._resume()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -164,7 +165,10 @@ class Trainer:
 
     async def start(self) -> None:
         """After a restart: ack what the checkpoint left pending and publish a version the
-        checkpoint is due but may not have reached the master / planners."""
+        checkpoint is due but may not have reached the master / planners (once)."""
+        if self._started:
+            return
+        self._started = True
         await self._flush_acks()
         due = self.state.update and self.state.update % self.cfg.publish_every == 0
         if due and self.state.published_update < self.state.update:

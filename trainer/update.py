@@ -130,13 +130,13 @@ def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: f
         acc.add("plans", float(len(group.completions)))
         acc.add("groups", 1.0)
         acc.add("loss", float(numerator.detach()) / denominator)
-        acc.add("clipped", float(terms.clipped.sum()))
-        acc.add("ratio", float(terms.ratio.sum()))
+        acc.add("clipped", float(terms.clipped.detach().sum()))
+        acc.add("ratio", float(terms.ratio.detach().sum()))
         acc.add("reward", float(rewards.sum()))
         acc.add("reward_sq", float((rewards ** 2).sum()))
         acc.add("adv_abs", float(adv.abs().sum()))
         if terms.kl is not None:
-            acc.add("kl", float(terms.kl.sum()))
+            acc.add("kl", float(terms.kl.detach().sum()))
             acc.add("kl_tokens", tokens)
         if weights is not None:
             raw = torch.exp(old_logp - sampler.to(device))[mask.bool()]
