@@ -26,7 +26,7 @@ def train(
     master_url: str | None = typer.Option(None, help="master URL (CODA_TRAINER_MASTER_URL)"),
     model: str | None = typer.Option(None, help="base planner directory (CODA_TRAINER_MODEL)"),
     checkpoint_dir: str | None = typer.Option(None, help="checkpoints; resumed from"),
-    planner_url: list[str] = typer.Option(  # noqa: B006 - typer needs a list default
+    planner_url: list[str] = typer.Option(
         [], help="planner service loading each version (repeat for replicas)"),
     max_updates: int | None = typer.Option(None, help="stop after N updates"),
     idle_exit_s: float | None = typer.Option(None, help="stop after this long without groups"),
@@ -59,7 +59,7 @@ async def _run(cfg: Any) -> None:
                TextColumn("reward {task.fields[reward]} · {task.fields[version]}")]
     try:
         with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("updates", total=cfg.max_updates, reward="–",
+            task = progress.add_task("updates", total=cfg.max_updates, reward="-",
                                      version=trainer.state.versions[-1])
             done = 0
             while cfg.max_updates is None or done < cfg.max_updates:
