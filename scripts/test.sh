@@ -4,5 +4,5 @@
 # real tiny transformers models and real HTTP. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh master,worker,models,dev
+bash scripts/bootstrap.sh master,worker,models,dev,trainer,tensorboard
 exec .venv/bin/python -m pytest -q "$@"

@@ -35,6 +35,8 @@ from coda.logging import get_logger
 log = get_logger("trainer.checkpoint")
 
 LATEST = "latest"
+SHARDED_DIR = "sharded"
+"""accelerate's per-process state (FSDP / ZeRO-3 optimizer and model shards), when sharded."""
 TRAINED_KEPT = 100_000
 """Group ids remembered as trained (the ledger is bounded)."""
 
@@ -76,9 +78,10 @@ def read_state(path: str | Path) -> TrainState:
 
 
 def save_checkpoint(root: str | Path, state: TrainState, weights: dict[str, torch.Tensor],
-                    optimizer: torch.optim.Optimizer, scheduler: Any, *,
-                    keep: int = 2) -> Path:
-    """Write checkpoint ``update-<state.update>`` atomically and point ``latest`` at it."""
+                    optimizer: torch.optim.Optimizer | None, scheduler: Any, *,
+                    keep: int = 2, sharded_state: Path | None = None) -> Path:
+    """Write checkpoint ``update-<state.update>`` atomically and point ``latest`` at it;
+    ``sharded_state`` (accelerate's ``save_state`` directory under FSDP / ZeRO-3) moves in."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = f"update-{state.update:06d}"
@@ -86,10 +89,13 @@ def save_checkpoint(root: str | Path, state: TrainState, weights: dict[str, torc
     try:
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()},
                   str(tmp / "weights.safetensors"))
-        torch.save({"optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None},
-                   tmp / "optimizer.pt")
+        if optimizer is not None:  # sharded runs keep it in SHARDED_DIR instead
+            torch.save({"optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict() if scheduler is not None else None},
+                       tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+        if sharded_state is not None:
+            os.rename(sharded_state, tmp / SHARDED_DIR)
         (tmp / "state.json").write_text(json.dumps(asdict(state)))
         target = root / name
         if target.exists():
@@ -130,5 +136,5 @@ def _prune(root: Path, keep: int) -> None:
     done = sorted(p for p in root.glob("update-*") if (p / "state.json").is_file())
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(".update-*"):  # temporaries of a crashed save
+    for stale in [*root.glob(".update-*"), *root.glob(".sharded-*")]:  # a crashed save's
         shutil.rmtree(stale, ignore_errors=True)

@@ -52,6 +52,18 @@ class Dist:
         model, optimizer = self.accelerator.prepare(model, optimizer)
         return model, optimizer
 
+    @property
+    def sharded(self) -> bool:
+        """FSDP or DeepSpeed: weights and optimizer state are split over the processes."""
+        return str(self.accelerator.distributed_type) in ("DistributedType.FSDP",
+                                                            "DistributedType.DEEPSPEED",
+                                                            "FSDP", "DEEPSPEED")
+
+    def full_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
+        """The whole model's state dict, gathered (collective under FSDP / ZeRO-3: every
+        process must call it); complete on the main process."""
+        return dict(self.accelerator.get_state_dict(model))
+
     def unwrap(self, model: Any) -> Any:
         return self.accelerator.unwrap_model(model)
 

@@ -21,6 +21,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,8 +114,12 @@ class Trainer:
         if path is None:
             return
         self.state = ckpt.read_state(path)
-        self._load_weights(ckpt.load_weights(path))
-        ckpt.restore_optimizer(path, self.optimizer, self.scheduler)
+        sharded_state = Path(path) / ckpt.SHARDED_DIR
+        if self.dist.sharded and sharded_state.is_dir():  # FSDP / ZeRO-3: per-process shards
+            self.dist.accelerator.load_state(str(sharded_state))
+        else:
+            self._load_weights(ckpt.load_weights(path))
+            ckpt.restore_optimizer(path, self.optimizer, self.scheduler)
         self.checkpoint_path = str(path)
         self._trained = set(self.state.trained)
         log.info("trainer_resumed", checkpoint=str(path), update=self.state.update,
@@ -124,11 +129,16 @@ class Trainer:
         return self.dist.unwrap(self.model)
 
     def _weights(self) -> dict[str, torch.Tensor]:
+        """The trained weights (LoRA adapter, or the trainable parameters), gathered."""
         model = self._unwrapped()
+        full = self.dist.full_state_dict(self.model) if self.dist.sharded else None
         if self.lora:
             from peft import get_peft_model_state_dict
 
-            return dict(get_peft_model_state_dict(model))
+            return dict(get_peft_model_state_dict(model, state_dict=full))
+        if full is not None:
+            trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+            return {n: t for n, t in full.items() if n in trainable}
         return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
     def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
@@ -289,12 +299,18 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         weights = self._weights()
+        sharded = None
+        if self.dist.sharded:  # optimizer state lives in shards: every process saves its own
+            sharded = Path(self.cfg.checkpoint_dir) / f".sharded-{self.state.update:06d}"
+            self.dist.accelerator.save_state(str(sharded))
         if self.dist.is_main:
+            optimizer = None if sharded is not None else self.optimizer
             path = ckpt.save_checkpoint(self.cfg.checkpoint_dir, self.state, weights,
-                                        self.optimizer, self.scheduler,
-                                        keep=self.cfg.keep_checkpoints)
+                                        optimizer, self.scheduler,
+                                        keep=self.cfg.keep_checkpoints, sharded_state=sharded)
             self.checkpoint_path = str(path)
         self.dist.barrier()
+        self.checkpoint_path = self.dist.broadcast(self.checkpoint_path)
 
     async def _report(self, report: UpdateReport) -> None:
         if not self.dist.is_main or report.update is None:
@@ -326,8 +342,15 @@ class Trainer:
         """Write, register and roll out the current weights as a new planner version."""
         version = version_name(self.cfg.run_name, self.state.update)
         model = self._unwrapped()
+        full = self.dist.full_state_dict(self.model) if self.dist.sharded else None
         if self.dist.is_main:
-            uri = write_model_dir(model.save_pretrained, self.cfg.adapter_root(), version)
+            def save(out: str) -> None:
+                if full is not None:
+                    model.save_pretrained(out, state_dict=full)
+                else:
+                    model.save_pretrained(out)
+
+            uri = write_model_dir(save, self.cfg.adapter_root(), version)
             figures = {k: float(metrics[k]) for k in REPORTED if k in metrics}
             spec = version_spec(version, base_model=self.cfg.model,
                                 adapter_uri=uri if self.lora else None,
