@@ -15,7 +15,8 @@ Figures: ``shared_prefix_ratio`` (shared / separate update wall time; target <= 
 ``shared_prefix_cpu_ratio`` (the same in process CPU time, which other jobs on a shared
 machine disturb less), per path
 ``update_s``, ``cpu_s``, ``tokens_per_s`` (plan tokens trained per second),
-``processed_tokens`` (tokens through the language model), ``peak_memory_mb``, and the sizes (prompt tokens, image tokens).
+``processed_tokens`` (tokens through the language model), ``peak_memory_mb``, and the sizes
+(prompt tokens, image tokens).
 """
 
 from __future__ import annotations

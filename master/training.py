@@ -38,7 +38,8 @@ async def record(engine: AsyncEngine, report: TrainingMetricsReport) -> None:
 async def list_metrics(engine: AsyncEngine, *, run: str | None, planner_version: str | None,
                        limit: int) -> list[TrainingMetrics]:
     """The latest ``limit`` updates (optionally of one run / version), oldest first."""
-    conds, params = [], {"lim": limit}
+    conds: list[str] = []
+    params: dict[str, Any] = {"lim": limit}
     for col, val in (("run", run), ("planner_version", planner_version)):
         if val is not None:
             conds.append(f"{col} = :{col}")

@@ -168,7 +168,8 @@ def row_messages(row: dict[str, Any], *, max_turns: int = 15, keep_images: int =
     """The planner conversation of a dataset row (the builder the service uses)."""
     texts = list(row["history_texts"])
     images = [_image_url(im) for im in row["history_images"]]
-    urls: list[str | None] = [None] * (len(texts) - len(images)) + images  # type: ignore[list-item]
+    urls: list[str | None] = [None] * (len(texts) - len(images))
+    urls += images
     history = [PastStep(t, u) for t, u in zip(texts, urls, strict=True)]
     return build_planner_messages(row["instruction"], history, _image_url(row["screenshot"]),
                                   answer_mode=answer_mode, max_turns=max_turns,

@@ -91,7 +91,7 @@ class Dist:
         acc = self.accelerator
 
         def no_sync() -> contextlib.AbstractContextManager[Any]:
-            return acc.no_sync(model)  # type: ignore[no-any-return]
+            return acc.no_sync(model)
 
         def clip(max_norm: float) -> float:
             return float(acc.clip_grad_norm_(

@@ -89,7 +89,8 @@ def load_reference(cfg: TrainerConfig, device: str, dtype: torch.dtype) -> Any |
         return None
     from transformers import AutoModelForImageTextToText
 
-    ref = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype).to(device).eval()
+    ref: Any = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype)
+    ref = ref.to(device).eval()
     for p in ref.parameters():
         p.requires_grad = False
     return ref

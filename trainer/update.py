@@ -138,7 +138,7 @@ def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: f
         if terms.kl is not None:
             acc.add("kl", float(terms.kl.detach().sum()))
             acc.add("kl_tokens", tokens)
-        if weights is not None:
+        if weights is not None and sampler is not None and s.tis_cap is not None:
             raw = torch.exp(old_logp - sampler.to(device))[mask.bool()]
             acc.add("is_tokens", tokens)
             acc.add("is_weight", float(weights.sum()))
