@@ -150,3 +150,26 @@ def test_unusable_groups_are_refused_with_the_reason(tiny: tuple[Any, Any], stor
     image_pad = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     with pytest.raises(GroupDataError, match="placeholder"):
         encode_group(processor, group_of(keys, ["a"], token_ids=[5, image_pad, 2]), read)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir: Path, store_dir: Path,
+                                                         keys: list[str]) -> None:
+    from trainer.config import TrainerConfig
+    from trainer.policy import load_policy
+
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        cfg = TrainerConfig(model=str(tiny_model_dir), device="cpu", lora_rank=4,
+                            gradient_checkpointing=checkpointing)
+        policy = load_policy(cfg)
+        policy.model.train()
+        group = group_of(keys, ["Thought: click the File menu", "abc"])
+        enc = encode_group(policy.processor, group, artifact_reader(f"file://{store_dir}"),
+                           PromptOptions(max_pixels=112 * 112))
+        (shared_logprobs(policy.model, enc) * torch.tensor([[1.0], [-1.0]])).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in policy.model.named_parameters()
+                      if p.requires_grad and p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name, grad in grads[0].items():
+        assert torch.allclose(grad, grads[1][name], atol=1e-6), name
