@@ -46,7 +46,18 @@ def train(
         console.print(f"[red]invalid trainer settings:[/]\n{exc}")
         raise typer.Exit(2) from exc
     configure_logging(cfg.log_level)
-    asyncio.run(_run(cfg))
+    import httpx
+
+    from coda.clients.base import ServiceError
+
+    try:
+        asyncio.run(_run(cfg))
+    except (ServiceError, httpx.HTTPError) as exc:
+        console.print(f"[red]master or planner at fault:[/] {exc} (master: {cfg.master_url})")
+        raise typer.Exit(1) from exc
+    except OSError as exc:  # a model directory that is not there, an unwritable checkpoint dir
+        console.print(f"[red]cannot start the trainer:[/] {exc}")
+        raise typer.Exit(1) from exc
 
 
 async def _run(cfg: Any) -> None:

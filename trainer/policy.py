@@ -62,7 +62,8 @@ def load_policy(cfg: TrainerConfig, *, device: str | None = None) -> Policy:
     processor = AutoProcessor.from_pretrained(cfg.model)
     model: Any = AutoModelForImageTextToText.from_pretrained(cfg.model, dtype=dtype)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(  # transformers' new name of gradient checkpointing
+            activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if cfg.lora:
         from peft import PeftModel, get_peft_model
