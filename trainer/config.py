@@ -118,6 +118,10 @@ class TrainerConfig(BaseSettings):
     max_staleness: int = Field(default=4, ge=0,
                                description="groups sampled more than this many versions behind "
                                            "the trained policy are dropped (acked 'dropped')")
+    temperature: float = Field(default=1.0, gt=0,
+                               description="the planner's sampling temperature (CODA: 1.0); "
+                                           "log-probs are taken at logits / temperature, the "
+                                           "distribution the plans were sampled from")
     seed: int = Field(default=0, description="torch seed")
 
     # --- the loop -----------------------------------------------------------------------------

@@ -47,9 +47,9 @@ def prompt_positions(model: Any, prompt: dict[str, Tensor]) -> Tensor:
     return positions[:, 0, :]
 
 
-def _selective_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """log softmax(logits)[targets] without materialising the full log-softmax."""
-    logits = logits.float()
+def _selective_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    """log softmax(logits / temperature)[targets] without materialising the full log-softmax."""
+    logits = logits.float() / temperature if temperature != 1.0 else logits.float()
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
 
@@ -61,7 +61,7 @@ def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
     return out
 
 
-def shared_logprobs(model: Any, group: EncodedGroup) -> Tensor:
+def shared_logprobs(model: Any, group: EncodedGroup, temperature: float = 1.0) -> Tensor:
     """``[G, Lmax]`` log-probs of the plans from one packed forward (zeros on padding)."""
     prompt = group.prompt
     device = prompt["input_ids"].device
@@ -101,11 +101,11 @@ def shared_logprobs(model: Any, group: EncodedGroup) -> Tensor:
     rows = []
     for c, kept in zip(comps, keep_rows, strict=True):
         index = torch.tensor([where[int(k)] for k in kept.tolist()], device=device)
-        rows.append(_selective_logprobs(logits[index], c))
+        rows.append(_selective_logprobs(logits[index], c, temperature))
     return _pad_rows(rows, max(group.lengths))
 
 
-def separate_logprobs(model: Any, group: EncodedGroup) -> Tensor:
+def separate_logprobs(model: Any, group: EncodedGroup, temperature: float = 1.0) -> Tensor:
     """``[G, Lmax]`` log-probs with each plan's full input encoded separately (the baseline)."""
     prompt = group.prompt
     n = len(group.completions)
@@ -131,13 +131,17 @@ def separate_logprobs(model: Any, group: EncodedGroup) -> Tensor:
     out = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=keep,
                 **extra)
     targets = ids[:, p_len:]
-    logp = _selective_logprobs(out.logits, targets)
+    logp = _selective_logprobs(out.logits, targets, temperature)
     return logp * group.mask().to(device=device, dtype=logp.dtype)
 
 
-def plan_logprobs(model: Any, group: EncodedGroup, *, shared: bool = True) -> Tensor:
-    """``[G, Lmax]`` per-token log-probs of a group's plans (see the module docstring)."""
-    return shared_logprobs(model, group) if shared else separate_logprobs(model, group)
+def plan_logprobs(model: Any, group: EncodedGroup, *, shared: bool = True,
+                  temperature: float = 1.0) -> Tensor:
+    """``[G, Lmax]`` per-token log-probs of a group's plans (see the module docstring) under
+    the sampling distribution at ``temperature`` (logits / temperature, as the sampler)."""
+    if shared:
+        return shared_logprobs(model, group, temperature)
+    return separate_logprobs(model, group, temperature)
 
 
 def move_group(group: EncodedGroup, device: torch.device | str) -> EncodedGroup:

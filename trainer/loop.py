@@ -71,7 +71,8 @@ def loss_settings(cfg: TrainerConfig) -> LossSettings:
                         aggregation=cfg.aggregation.value, norm_len=cfg.norm_len,
                         tis_cap=cfg.tis_cap, epochs=cfg.epochs_per_update,
                         shared_prompt=cfg.shared_prompt,
-                        groups_per_micro_step=cfg.groups_per_micro_step)
+                        groups_per_micro_step=cfg.groups_per_micro_step,
+                        temperature=cfg.temperature)
 
 
 class Trainer:

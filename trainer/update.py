@@ -40,6 +40,7 @@ class LossSettings:
     epochs: int = 1
     shared_prompt: bool = True
     groups_per_micro_step: int = 1
+    temperature: float = 1.0
 
 
 @dataclass
@@ -84,14 +85,14 @@ def _adapter_disabled(model: Any) -> Iterator[None]:
 
 
 def reference_logprobs(model: Any, group: EncodedGroup, shared: bool,
-                       ref_model: Any | None = None) -> Tensor:
+                       ref_model: Any | None = None, temperature: float = 1.0) -> Tensor:
     """Log-probs under the reference policy: the base model with the adapter disabled (LoRA)
     or a separate frozen copy (full fine-tuning)."""
     with torch.no_grad():
         if ref_model is not None:
-            return plan_logprobs(ref_model, group, shared=shared)
+            return plan_logprobs(ref_model, group, shared=shared, temperature=temperature)
         with _adapter_disabled(model):
-            return plan_logprobs(model, group, shared=shared)
+            return plan_logprobs(model, group, shared=shared, temperature=temperature)
 
 
 def _micro_batches(groups: list[EncodedGroup], size: int, rank: int,
@@ -110,13 +111,13 @@ def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: f
     device = next(p for p in model.parameters()).device
     group = move_group(group, device)
     mask = group.mask().to(device)
-    logp = plan_logprobs(model, group, shared=s.shared_prompt)
+    logp = plan_logprobs(model, group, shared=s.shared_prompt, temperature=s.temperature)
     old_logp = old.to(device) if old is not None else logp.detach()
     rewards = torch.tensor(group.rewards, device=device)
     adv = group_advantages(rewards, scale_std=s.scale_std, eps=s.adv_eps)
     ref = None
     if s.beta > 0:
-        ref = reference_logprobs(model, group, s.shared_prompt, ref_model)
+        ref = reference_logprobs(model, group, s.shared_prompt, ref_model, s.temperature)
     weights = None
     sampler = group.padded_sampler_logprobs()
     if sampler is not None and s.tis_cap is not None:
@@ -152,7 +153,8 @@ def old_logprobs(model: Any, groups: list[EncodedGroup], s: LossSettings) -> lis
     """logp_old of every group before the first pass (only needed with several epochs)."""
     device = next(p for p in model.parameters()).device
     with torch.no_grad():
-        return [plan_logprobs(model, move_group(g, device), shared=s.shared_prompt).detach()
+        return [plan_logprobs(model, move_group(g, device), shared=s.shared_prompt,
+                              temperature=s.temperature).detach()
                 for g in groups]
 
 

@@ -107,17 +107,19 @@ def test_shared_prompt_encoding_equals_separate_encoding(tiny: tuple[Any, Any], 
     model.zero_grad()
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_log_probs_equal_the_models_own_sampling_scores(tiny: tuple[Any, Any], store_dir: Path,
-                                                        keys: list[str]) -> None:
-    """Sampler log-probs filled from ``generate`` (temperature 1, no top-p) are what the trainer
-    computes for the same token ids: the importance weights start at exactly 1."""
+                                                        keys: list[str],
+                                                        temperature: float) -> None:
+    """Sampler log-probs filled from ``generate`` (no top-p) are what the trainer computes for
+    the same token ids at the same temperature: the importance weights start at exactly 1."""
     processor, model = tiny
     state = state_with_history(keys, 1)
     messages = planner_messages(state, artifact_reader(f"file://{store_dir}"))
     inputs = build_model_inputs(processor, [messages], max_pixels=112 * 112)
     torch.manual_seed(3)
     with torch.no_grad():
-        out = model.generate(**inputs, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+        out = model.generate(**inputs, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                              max_new_tokens=6, num_return_sequences=3, output_scores=True,
                              return_dict_in_generate=True,
                              pad_token_id=processor.tokenizer.pad_token_id)
@@ -133,7 +135,7 @@ def test_log_probs_equal_the_models_own_sampling_scores(tiny: tuple[Any, Any], s
     enc = encode_group(processor, group, artifact_reader(f"file://{store_dir}"),
                        PromptOptions(max_pixels=112 * 112))
     with torch.no_grad():
-        mine = shared_logprobs(model, enc)
+        mine = shared_logprobs(model, enc, temperature)
     sampler = enc.padded_sampler_logprobs()
     assert sampler is not None
     assert torch.allclose(mine * enc.mask(), sampler, atol=1e-4)
