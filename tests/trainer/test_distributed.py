@@ -65,3 +65,29 @@ def test_two_gloo_processes_compute_the_single_process_update(tiny_model_dir: Pa
         assert (w1[key] - w2[key]).abs().max() < 1e-5, key
     # the update did change the adapter
     assert any(float(w.abs().sum()) > 0 for k, w in w1.items() if "lora_B" in k)
+
+
+@pytest.mark.slow
+def test_coda_trainer_under_torchrun_with_two_processes(  # type: ignore[no-untyped-def]
+        master, artifacts_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The real loop in two processes: rank 0 leases and broadcasts, both train their share,
+    rank 0 checkpoints, acks and publishes; every group is consumed once."""
+    import asyncio
+
+    from tests.trainer.test_resume import counts, post_groups, trainer_env
+    from trainer import checkpoint as ckpt
+
+    screen, _ = store_screens(artifacts_dir)
+    ids = asyncio.run(post_groups(master, screen, 6))
+    env = {**trainer_env(master, tiny_model_dir, artifacts_dir, tmp_path / "ckpt"),
+           "CODA_TRAINER_GROUPS_PER_UPDATE": "3", "OMP_NUM_THREADS": "1",
+           "CODA_TRAINER_LOG_LEVEL": "WARNING"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "coda.cli", "trainer", "--max-updates", "2"], cwd=ROOT,
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert counts(master) == {"consumed": 6}
+    state = ckpt.read_state(ckpt.latest_checkpoint(tmp_path / "ckpt"))  # type: ignore[arg-type]
+    assert state.update == 2 and sorted(state.trained) == sorted(str(i) for i in ids)
+    assert state.versions == ["base", "crash-000002"] and state.pending_acks == []

@@ -4,6 +4,7 @@ parquet dataset of planner turns, ``coda train sft`` lowers its loss and publish
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, png
 from trainer.dataset import ExportFilter, export_dataset, load_rows, row_messages
 
 ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger(__name__)
 TASKS = [{"id": "kalg-1", "app": "KAlgebra", "instruction": "Plot y = x^2"},
          {"id": "celes-1", "app": "Celestia", "instruction": "Go to Mars"},
          {"id": "kalg-2", "app": "KAlgebra", "instruction": "Compute 2 + 2"}]
@@ -110,6 +112,7 @@ def test_dataset_export_then_sft_lowers_the_loss_and_publishes(  # type: ignore[
     found = re.search(r"loss ([0-9.]+) -> ([0-9.]+) \((\d+) steps", train.stderr)
     assert found, train.stderr[-2000:]
     before, after, steps = float(found[1]), float(found[2]), int(found[3])
+    log.info("stage-2 SFT on the exported dataset: %s", found[0])
     assert after < 0.8 * before and steps == 9
     assert "published sft-003" in train.stderr
 
