@@ -56,6 +56,9 @@ def _register_service_clis() -> None:
         ("executor", "executor_service.cli", "The executor service (thought -> action)."),
         ("judge", "judge_service.cli", "The judge service (trajectory verdicts)."),
         ("tasks", "coda.taskgen.cli", "Task generation (auto exploration)."),
+        ("trainer", "trainer.cli", "Decoupled GRPO on the planner (stage 1)."),
+        ("dataset", "trainer.dataset_cli", "Stage-2 datasets of judged trajectories."),
+        ("train", "trainer.train_cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
     ):
         try:
             sub = __import__(module, fromlist=["app"]).app

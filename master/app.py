@@ -26,7 +26,7 @@ from master.db.session import make_engine
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
 from master.queue.redis_queue import RedisQueue
-from master.routes import artifacts, episodes, groups, models, status
+from master.routes import artifacts, episodes, groups, models, status, training
 from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
@@ -91,7 +91,8 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
     metrics = MasterMetrics(registry)
     app.state.settings = s
     for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
-                   artifacts.router, groups.router, models.router, status.router):
+                   artifacts.router, groups.router, models.router, status.router,
+                   training.router):
         app.include_router(router)
     _errors(app)
     return app

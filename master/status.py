@@ -10,7 +10,7 @@ from sqlalchemy import text
 from coda.contracts.master_api import AppScore, QueueDepth, StatusReport
 from coda.contracts.records import JobKind
 from coda.scoring import table1
-from master import batches, workers
+from master import batches, training, workers
 from master.state import AppState
 
 
@@ -33,6 +33,8 @@ async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> Status
               for r in table1(await batches.outcomes(core.engine, batch_id))]
     recent, _ = await batches.list_episodes(core.engine, batch_id=None, status=None, app=None,
                                             limit=25, offset=0)
+    curve = await training.list_metrics(core.engine, run=None, planner_version=None, limit=500)
     return StatusReport(generated_at=datetime.now(UTC), batches=recent_batches, scores=scores,
                         workers=await workers.list_workers(core.engine, limit=100),
-                        queues=await queue_depths(core), recent_episodes=recent)
+                        queues=await queue_depths(core), recent_episodes=recent,
+                        training=training.summarize(curve), training_curve=curve)

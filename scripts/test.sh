@@ -4,6 +4,6 @@
 # real tiny transformers models and real HTTP. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh master,worker,models,dev
+bash scripts/bootstrap.sh master,worker,models,dev,trainer,tensorboard
 bash scripts/desktop-deps.sh  # Xvfb, window manager, TeXstudio, KAlgebra, GRASS GIS (root/sudo)
 exec .venv/bin/python -m pytest -q "$@"

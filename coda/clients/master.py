@@ -26,7 +26,18 @@ from coda.contracts.master_api import (
     WorkerRegister,
 )
 from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
-from coda.contracts.training import Group, GroupStatus, ModelRole, ModelVersion, ModelVersionCreate
+from coda.contracts.training import (
+    Group,
+    GroupStatus,
+    JudgedTrajectoryList,
+    ModelRole,
+    ModelVersion,
+    ModelVersionCreate,
+    TrainingMetricsList,
+    TrainingMetricsReport,
+    Verdict,
+    VersionTraining,
+)
 
 
 class MasterClient(JsonClient):
@@ -137,6 +148,42 @@ class MasterClient(JsonClient):
     async def current_version(self, role: ModelRole = ModelRole.PLANNER) -> ModelVersion:
         return await self.request("GET", "/v1/models/current", None, ModelVersion,
                                   params={"role": role.value})
+
+    # training observability and judged trajectories
+    async def report_training(self, report: TrainingMetricsReport) -> None:
+        await self.send("POST", "/v1/training/metrics", report)
+
+    async def training_metrics(self, *, run: str | None = None,
+                               planner_version: str | None = None,
+                               limit: int = 1000) -> TrainingMetricsList:
+        params: dict[str, Any] = {"limit": limit}
+        if run:
+            params["run"] = run
+        if planner_version:
+            params["planner_version"] = planner_version
+        return await self.request("GET", "/v1/training/metrics", None, TrainingMetricsList,
+                                  params=params)
+
+    async def training_by_version(self, run: str | None = None) -> list[VersionTraining]:
+        resp = await self.send("GET", "/v1/training/versions", None,
+                               params={"run": run} if run else None)
+        return [VersionTraining.model_validate(v) for v in resp.json()]
+
+    async def set_verdict(self, episode_id: uuid.UUID, verdict: Verdict) -> None:
+        await self.send("PUT", f"/v1/episodes/{episode_id}/verdict", verdict)
+
+    async def judged_trajectories(self, *, app: str | None = None,
+                                  batch_id: uuid.UUID | None = None,
+                                  planner_version: str | None = None,
+                                  verdict: str = "correct", limit: int = 100,
+                                  offset: int = 0) -> JudgedTrajectoryList:
+        params: dict[str, Any] = {"limit": limit, "offset": offset, "verdict": verdict}
+        for key, value in (("app", app), ("batch_id", batch_id),
+                           ("planner_version", planner_version)):
+            if value is not None:
+                params[key] = str(value)
+        return await self.request("GET", "/v1/training/trajectories", None,
+                                  JudgedTrajectoryList, params=params)
 
     async def status(self) -> StatusReport:
         return await self.request("GET", "/v1/status", None, StatusReport)

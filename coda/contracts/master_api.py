@@ -19,7 +19,14 @@ from coda.contracts.records import (
     Step,
     Worker,
 )
-from coda.contracts.training import Group, GroupRecord, GroupStatus, ModelVersion
+from coda.contracts.training import (
+    Group,
+    GroupRecord,
+    GroupStatus,
+    ModelVersion,
+    TrainingMetrics,
+    VersionTraining,
+)
 from coda.tasks import TaskDocument
 
 MAX_ROLLOUTS = 64
@@ -211,3 +218,7 @@ class StatusReport(BaseModel):
     workers: list[Worker]
     queues: list[QueueDepth]
     recent_episodes: list[Episode]
+    training: list[VersionTraining] = Field(default_factory=list,
+                                            description="trainer figures per planner version")
+    training_curve: list[TrainingMetrics] = Field(default_factory=list,
+                                                  description="the latest updates, oldest first")

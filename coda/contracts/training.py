@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import re
 import uuid
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coda.actions import Action
 
@@ -58,6 +60,22 @@ class Candidate(BaseModel):
     reward: float = Field(ge=0, le=1)
     planner_version: str | None = None
     token_count: int | None = None
+    token_ids: list[int] | None = Field(
+        default=None, description="the plan's generated token ids (EOS included when the "
+                                  "model stopped on it); the trainer re-tokenizes the text without")
+    logprobs: list[float] | None = Field(
+        default=None, description="the sampler's log-probability of each token of token_ids "
+                                  "(the trainer's truncated importance correction uses them)")
+
+    @model_validator(mode="after")
+    def _logprobs_match_tokens(self) -> Candidate:
+        if self.logprobs is None:
+            return self
+        if self.token_ids is None or len(self.logprobs) != len(self.token_ids):
+            raise ValueError("logprobs: needs token_ids of the same length")
+        if not all(math.isfinite(v) and v <= 0 for v in self.logprobs):
+            raise ValueError("logprobs: must be finite and <= 0")
+        return self
 
 
 class StateRef(BaseModel):
@@ -130,3 +148,71 @@ class ModelVersion(BaseModel):
     is_current: bool
     metrics: dict[str, float] = Field(default_factory=dict)
     created_at: datetime
+
+
+METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,100}$"
+MAX_METRICS = 64
+
+
+class TrainingMetricsReport(BaseModel):
+    """The figures of one trainer update, reported to the master."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    update: int = Field(ge=0, le=2**31 - 1)
+    planner_version: str = Field(min_length=1, max_length=200,
+                                 description="the policy version the update started from")
+    metrics: dict[str, float] = Field(default_factory=dict,
+                                      description="reward_mean, loss, kl, clip_fraction, ...")
+
+    @model_validator(mode="after")
+    def _finite(self) -> TrainingMetricsReport:
+        if len(self.metrics) > MAX_METRICS:
+            raise ValueError(f"metrics: at most {MAX_METRICS} entries")
+        for key, value in self.metrics.items():
+            if not re.fullmatch(METRIC_NAME, key):
+                raise ValueError(f"metrics: bad name {key[:100]!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"metrics.{key}: must be finite")
+        return self
+
+
+class TrainingMetrics(TrainingMetricsReport):
+    created_at: datetime
+
+
+class TrainingMetricsList(BaseModel):
+    items: list[TrainingMetrics]
+
+
+class VersionTraining(BaseModel):
+    """The updates trained from one planner version: count and mean figures."""
+
+    planner_version: str
+    run: str
+    updates: int
+    first_update: int
+    last_update: int
+    means: dict[str, float] = Field(default_factory=dict)
+    last: dict[str, float] = Field(default_factory=dict)
+
+
+class JudgedTrajectory(BaseModel):
+    """A finished episode with its judge verdict and steps (stage-2 SFT data)."""
+
+    episode_id: uuid.UUID
+    batch_id: uuid.UUID
+    task_id: str
+    app: str
+    instruction: str
+    planner_version: str | None = None
+    success: bool | None = None
+    verdict: Verdict
+    steps: list[dict[str, Any]] = Field(default_factory=list,
+                                        description="the episode's steps (records.Step as JSON)")
+
+
+class JudgedTrajectoryList(BaseModel):
+    items: list[JudgedTrajectory]
+    total: int

@@ -103,6 +103,7 @@ class EpisodeRow(Base):
     updated_at: Mapped[datetime] = mapped_column(server_default=_now(), index=True)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    verdict: Mapped[dict[str, Any] | None]
 
     __table_args__ = (Index("ix_episodes_batch_status", "batch_id", "status"),)
 
@@ -154,3 +155,16 @@ class ModelVersionRow(Base):
     is_current: Mapped[bool] = mapped_column(Boolean, default=False)
     metrics: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(server_default=_now())
+
+
+class TrainingMetricRow(Base):
+    """The figures of one trainer update."""
+
+    __tablename__ = "training_metrics"
+    run: Mapped[str] = mapped_column(String(200), primary_key=True)
+    update: Mapped[int] = mapped_column(Integer, primary_key=True)
+    planner_version: Mapped[str] = mapped_column(String(200))
+    metrics: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(server_default=_now())
+
+    __table_args__ = (Index("ix_training_metrics_version", "planner_version", "update"),)

@@ -1,0 +1,70 @@
+"""Training observability (trainer figures per update and planner version) and the judged
+trajectories the stage-2 SFT export reads."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from coda.contracts.training import (
+    JudgedTrajectoryList,
+    TrainingMetricsList,
+    TrainingMetricsReport,
+    Verdict,
+    VersionTraining,
+)
+from master import training
+from master.auth import Reader, WorkerAuth
+from master.state import State
+
+router = APIRouter(prefix="/v1", tags=["training"])
+Name = Annotated[str | None, Query(max_length=200)]
+
+
+@router.post("/training/metrics", status_code=204)
+async def report_metrics(body: TrainingMetricsReport, core: State, _: WorkerAuth) -> None:
+    """Store the figures of one trainer update (reward, loss, KL, clip fraction, ...)."""
+    await training.record(core.engine, body)
+
+
+@router.get("/training/metrics")
+async def list_metrics(core: State, _: Reader, run: Name = None, planner_version: Name = None,
+                       limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+                       ) -> TrainingMetricsList:
+    """The latest updates' figures, oldest first (optionally of one run or version)."""
+    return TrainingMetricsList(items=await training.list_metrics(
+        core.engine, run=run, planner_version=planner_version, limit=limit))
+
+
+@router.get("/training/versions")
+async def by_version(core: State, _: Reader, run: Name = None) -> list[VersionTraining]:
+    """Per planner version: updates trained from it, mean and last figures."""
+    items = await training.list_metrics(core.engine, run=run, planner_version=None,
+                                        limit=10_000)
+    return training.summarize(items)
+
+
+@router.put("/episodes/{episode_id}/verdict", status_code=204)
+async def set_verdict(episode_id: uuid.UUID, body: Verdict, core: State, _: WorkerAuth) -> None:
+    """Store the judge's verdict of an episode."""
+    try:
+        await training.set_verdict(core.engine, episode_id, body)
+    except training.EpisodeNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+
+
+@router.get("/training/trajectories")
+async def trajectories(
+    core: State, _: Reader, app: Name = None, batch_id: uuid.UUID | None = None,
+    planner_version: Name = None,
+    verdict: Literal["correct", "incorrect", "any"] = "correct",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> JudgedTrajectoryList:
+    """Completed, judged episodes with their steps (default: those judged correct)."""
+    items, total = await training.judged_trajectories(
+        core.engine, app=app, batch_id=batch_id, planner_version=planner_version,
+        correct=None if verdict == "any" else verdict == "correct", limit=limit, offset=offset)
+    return JudgedTrajectoryList(items=items, total=total)
