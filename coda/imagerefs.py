@@ -118,7 +118,7 @@ def check_image(data: bytes, field: FieldPath, limits: ImageLimits) -> CheckedIm
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=[_FORMATS[mime]])  # header only
     except Image.DecompressionBombError:
-        raise ImageRefError(field, f"image has more than {limits.max_pixels} pixels",
+        raise ImageRefError(field, f"image exceeds the limit of {limits.max_pixels} pixels",
                             status=413) from None
     except Exception as exc:  # Pillow raises many types for a damaged header
         raise ImageRefError(field, f"not a decodable image ({type(exc).__name__})") from None

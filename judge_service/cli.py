@@ -53,6 +53,8 @@ def _fmt(value: float | None) -> str:
 def calibrate_cmd(
     file: Path = typer.Argument(..., help="JSONL of labelled trajectories"),
     judge_url: str = typer.Option(..., "--judge-url", help="judge service URL"),
+    token: str | None = typer.Option(None, "--token", envvar="CODA_JUDGE_TOKEN",
+                                     help="an inference token of the judge service"),
     votes: int = typer.Option(4, help="voting@k"),
     multi_resolution: bool = typer.Option(True, help="low-resolution first pass"),
     max_frames: int = typer.Option(16, help="frames per trajectory"),
@@ -72,7 +74,7 @@ def calibrate_cmd(
         raise typer.Exit(2) from exc
 
     async def run() -> str:
-        client = JudgeClient(judge_url, timeout=timeout)
+        client = JudgeClient(judge_url, token=token, timeout=timeout)
         try:
             with Progress(console=console) as progress:
                 task = progress.add_task("judging", total=total)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coda.imagerefs import ImageLimits
@@ -135,7 +135,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if hasattr(value, "model_fields"):
+    if isinstance(value, BaseModel):
         return {k: _plain(getattr(value, k)) for k in type(value).model_fields
                 if getattr(value, k) is not None}
     return value
