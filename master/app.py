@@ -20,6 +20,7 @@ from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app
 from coda.tasks import TaskLoadError
 from master import batches, jobs, maintenance, workers
+from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
 from master.db.session import make_engine
@@ -82,7 +83,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
 
     app, registry = create_service_app(
         name="CODA master", version=__version__, lifespan=lifespan, ready=ready,
-        max_body_bytes=s.max_body_bytes,
+        max_body_bytes=s.max_body_bytes, auth=token_auth(s),
         description="Batches, episodes, the Redis lease queue, training groups and model versions.",
     )
     metrics = MasterMetrics(registry)

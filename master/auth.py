@@ -1,64 +1,30 @@
-"""Bearer tokens: one admin token (submit, cancel, versions) and worker tokens (jobs)."""
+"""The master's roles on the shared token kit (:mod:`coda.service.auth`): one admin token
+(submit, cancel, versions), worker tokens (jobs, artifacts, groups), and public reads of the
+status unless ``CODA_PUBLIC_STATUS=false``. Tokens are checked before a body is read."""
 
 from __future__ import annotations
 
-import hmac
 from enum import StrEnum
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends
 
-_bearer = HTTPBearer(auto_error=False)
+from coda.service.auth import ANONYMOUS, TokenAuth, require
+from master.settings import MasterSettings
 
 
 class Role(StrEnum):
     ADMIN = "admin"
     WORKER = "worker"
-    ANONYMOUS = "anonymous"
+    ANONYMOUS = ANONYMOUS
 
 
-def _role(request: Request, creds: HTTPAuthorizationCredentials | None) -> Role:
-    if creds is None:
-        return Role.ANONYMOUS
-    s = request.app.state.settings
-    token = creds.credentials.encode()
-    if hmac.compare_digest(token, s.admin_token.encode()):
-        return Role.ADMIN
-    if any(hmac.compare_digest(token, t.encode()) for t in s.worker_tokens):
-        return Role.WORKER
-    raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid token",
-                        headers={"WWW-Authenticate": "Bearer"})
+def token_auth(settings: MasterSettings) -> TokenAuth:
+    """The master's tokens by role."""
+    return TokenAuth({Role.ADMIN: [settings.admin_token], Role.WORKER: settings.worker_tokens},
+                     public_reads=settings.public_status)
 
 
-async def _caller(request: Request,
-                  creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Role:
-    return _role(request, creds)
-
-
-async def require_admin(role: Annotated[Role, Depends(_caller)]) -> Role:
-    if role is Role.ANONYMOUS:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "admin token required",
-                            headers={"WWW-Authenticate": "Bearer"})
-    if role is not Role.ADMIN:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "admin token required")
-    return role
-
-
-async def require_worker(role: Annotated[Role, Depends(_caller)]) -> Role:
-    if role is Role.ANONYMOUS:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "worker token required",
-                            headers={"WWW-Authenticate": "Bearer"})
-    return role
-
-
-async def require_reader(request: Request, role: Annotated[Role, Depends(_caller)]) -> Role:
-    if role is Role.ANONYMOUS and not request.app.state.settings.public_status:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "token required",
-                            headers={"WWW-Authenticate": "Bearer"})
-    return role
-
-
-Admin = Annotated[Role, Depends(require_admin)]
-WorkerAuth = Annotated[Role, Depends(require_worker)]
-Reader = Annotated[Role, Depends(require_reader)]
+Admin = Annotated[str, Depends(require(Role.ADMIN))]
+WorkerAuth = Annotated[str, Depends(require(Role.WORKER, Role.ADMIN))]
+Reader = Annotated[str, Depends(require(Role.ADMIN, Role.WORKER, public=True))]

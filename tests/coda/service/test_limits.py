@@ -4,31 +4,14 @@ real HTTP against a uvicorn server in a thread."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from coda.service import create_service_app
-from tests.fixtures.master import free_port
-
-
-def _serve(app: Any) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+from tests.coda.service.conftest import serve
 
 
 def _app(**kw: Any) -> Any:
@@ -53,13 +36,13 @@ def _app(**kw: Any) -> Any:
 @pytest.fixture
 def limited() -> Iterator[tuple[str, Any]]:
     app = _app(max_concurrency=1, queue_timeout_s=0.2, max_body_bytes=2048)
-    for url in _serve(app):
+    for url in serve(app):
         yield url, app
 
 
 @pytest.fixture
 def no_waiting_room() -> Iterator[str]:
-    yield from _serve(_app(max_concurrency=1, queue_timeout_s=0))
+    yield from serve(_app(max_concurrency=1, queue_timeout_s=0))
 
 
 async def _two_at_once(url: str) -> list[int]:
