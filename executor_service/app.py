@@ -18,10 +18,9 @@ from coda.inference.base import ChatBackend, PromptTooLong
 from coda.logging import get_logger
 from coda.modelservice.app import (
     INFERENCE,
-    MODEL_ROUTE_ERRORS,
+    ROUTE_ERRORS,
     check_max_tokens,
     create_model_app,
-    error_responses,
     get_state,
     too_long,
 )
@@ -33,7 +32,6 @@ log = get_logger("executor_service")
 
 StateDep = Annotated[ModelState, Depends(get_state)]
 router = APIRouter(prefix="/v1", tags=["executor"])
-ROUTE_ERRORS = error_responses(*MODEL_ROUTE_ERRORS)
 
 
 def _texts(instruction: str, thoughts: list[str], history: list[HistoryStep],

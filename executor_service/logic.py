@@ -22,6 +22,7 @@ from coda.imagerefs import FieldPath, ScreenshotReader
 from coda.inference.base import ChatBackend, ChatMessage, Completion, GenerateOptions
 from coda.inference.images import encode_data_url
 from coda.prompts.executor import ExecutorTurn, build_executor_messages, prefill, turn_text
+from coda.service import current_cancel_event
 from coda.uitars import ActionParseError, parse_uitars
 from executor_service.settings import ExecutorSettings
 
@@ -80,10 +81,12 @@ def executor_turns(history: Sequence[HistoryStep], shots: Sequence[Screenshot | 
 
 
 def generate_options(sampling: Sampling) -> GenerateOptions:
-    """One sample per prompt, continuing the pre-filled assistant message."""
+    """One sample per prompt, continuing the pre-filled assistant message; generation stops
+    when the request is cancelled (client gone, deadline)."""
     return GenerateOptions(
         n=1, temperature=sampling.temperature, top_p=sampling.top_p,
         max_tokens=sampling.max_tokens, seed=sampling.seed, continue_final_message=True,
+        cancel=current_cancel_event(),
     )
 
 

@@ -18,15 +18,14 @@ from coda.inference.base import ChatBackend, GenerateOptions, PromptTooLong
 from coda.logging import get_logger
 from coda.modelservice.app import (
     INFERENCE,
-    MODEL_ROUTE_ERRORS,
+    ROUTE_ERRORS,
     create_model_app,
-    error_responses,
     get_state,
     too_long,
 )
-from coda.modelservice.errors import FieldError
 from coda.modelservice.state import ModelState
 from coda.prompts.judge import build_instruction_messages
+from coda.service import FieldError, current_cancel_event
 from judge_service import judging
 from judge_service.frames import high_url
 from judge_service.parsing import parse_instruction_check
@@ -36,7 +35,6 @@ log = get_logger("judge_service")
 
 StateDep = Annotated[ModelState, Depends(get_state)]
 router = APIRouter(prefix="/v1", tags=["judge"])
-ROUTE_ERRORS = error_responses(*MODEL_ROUTE_ERRORS)
 
 
 def settings_of(st: ModelState) -> JudgeSettings:
@@ -90,7 +88,8 @@ async def check_instruction(req: InstructionCheckRequest, st: StateDep) -> Instr
         checked = await st.reader.aread(req.screenshot, ("screenshot",))
         url = high_url(checked, settings.high_max_pixels)
     messages = build_instruction_messages(req.app, req.instruction, url)
-    options = GenerateOptions(n=1, temperature=0.0, top_p=1.0, max_tokens=settings.max_tokens)
+    options = GenerateOptions(n=1, temperature=0.0, top_p=1.0, max_tokens=settings.max_tokens,
+                              cancel=current_cancel_event())
     try:
         [completion] = await backend.chat(messages, options)
     except PromptTooLong as exc:

@@ -12,6 +12,7 @@ from coda.contracts.training import Verdict, Vote
 from coda.imagerefs import ScreenshotReader
 from coda.inference.base import ChatBackend, GenerateOptions
 from coda.prompts.judge import JudgeFrame, build_judge_messages
+from coda.service import current_cancel_event
 from judge_service.aggregate import build_verdict, vote_passes, voting_at_k
 from judge_service.frames import high_url, low_url, select_frames
 from judge_service.parsing import parse_vote
@@ -65,13 +66,13 @@ async def judge_with_model(name: str, backend: ChatBackend, conv: Conversations,
     votes: list[Vote] = []
     if conv.low is not None:
         opts = GenerateOptions(n=1, temperature=policy.temperature, top_p=settings.top_p,
-                               max_tokens=settings.max_tokens)
+                               max_tokens=settings.max_tokens, cancel=current_cancel_event())
         low = await backend.chat(conv.low, opts)
         votes += [parse_vote(c.text, model=name, resolution="low") for c in low]
         if not all(vote_passes(v) for v in votes) or not votes:
             return votes, False
     opts = GenerateOptions(n=policy.votes, temperature=policy.temperature, top_p=settings.top_p,
-                           max_tokens=settings.max_tokens)
+                           max_tokens=settings.max_tokens, cancel=current_cancel_event())
     high = [parse_vote(c.text, model=name, resolution="high")
             for c in await backend.chat(conv.high, opts)]
     return votes + high, voting_at_k(high)

@@ -27,7 +27,8 @@ from coda.contracts.services_api import AdapterInfo, AdapterList, AdapterLoad
 from coda.imagerefs import ArtifactStoreUnavailable, ReadOnlyStore
 from coda.inference.base import AdapterNotFound, ChatBackend
 from coda.logging import get_logger
-from coda.modelservice.errors import Conflict, FieldError, NotFound
+from coda.modelservice.errors import Conflict, NotFound
+from coda.service import FieldError
 
 log = get_logger("planner_service.adapters")
 
@@ -98,7 +99,7 @@ def copy_from_store(store: ReadOnlyStore, folder: str, cache_dir: str | Path,
         raise FieldError(URI_LOC, f"the adapter folder has more than {MAX_FILES} files")
     total = sum(int(info.get("size") or 0) for info in files.values())
     if total > max_bytes:
-        raise FieldError(URI_LOC, f"the adapter is larger than {max_bytes} bytes", status=413)
+        raise FieldError(URI_LOC, f"the adapter is larger than {max_bytes} bytes", status_code=413)
     prefix = source.rstrip("/") + "/"
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=cache, prefix=".partial-"))

@@ -29,13 +29,13 @@ from coda.modelservice.app import (
     MODEL_ROUTE_ERRORS,
     check_max_tokens,
     create_model_app,
-    error_responses,
     get_state,
     too_long,
 )
 from coda.modelservice.errors import Unavailable
 from coda.modelservice.state import ModelState
 from coda.prompts.planner import PastStep, build_planner_messages
+from coda.service import current_cancel_event, error_responses
 from planner_service.adapters import BASE, AdapterRegistry
 from planner_service.parsing import parse_plan
 from planner_service.settings import PlannerSettings
@@ -117,7 +117,8 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
     messages = await build_messages(req, st)
     options = GenerateOptions(n=req.n, temperature=req.sampling.temperature,
                               top_p=req.sampling.top_p, max_tokens=req.sampling.max_tokens,
-                              seed=req.sampling.seed, adapter=adapter)
+                              seed=req.sampling.seed, adapter=adapter,
+                              cancel=current_cancel_event())
     try:
         completions = await st.backend().chat(messages, options)
     except PromptTooLong as exc:
@@ -135,7 +136,7 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
 
 
 @router.post("/adapters", response_model=AdapterInfo, status_code=status.HTTP_201_CREATED,
-             dependencies=ADMIN, responses=error_responses(401, 403, 409, 413, 422, 502, 503))
+             dependencies=ADMIN, responses=error_responses(409, 413, 422, 502, 503))
 async def load_adapter(body: AdapterLoad, st: StateDep) -> AdapterInfo:
     """Load a peft adapter under a version name (optionally making it the default)."""
     info = await st.adapters.load(body)
@@ -144,7 +145,7 @@ async def load_adapter(body: AdapterLoad, st: StateDep) -> AdapterInfo:
 
 
 @router.get("/adapters", response_model=AdapterList, dependencies=INFERENCE,
-            responses=error_responses(401, 503))
+            responses=error_responses(503))
 async def list_adapters(st: StateDep) -> AdapterList:
     """The loaded adapters ('base' included) and which one is the default."""
     return st.adapters.listing()
@@ -154,7 +155,7 @@ Version = Annotated[str, Path(min_length=1, max_length=200, pattern=VERSION_PATT
 
 
 @router.delete("/adapters/{version}", status_code=status.HTTP_204_NO_CONTENT,
-               dependencies=ADMIN, responses=error_responses(401, 403, 404, 422, 502, 503))
+               dependencies=ADMIN, responses=error_responses(404, 422, 502, 503))
 async def unload_adapter(version: Version, st: StateDep) -> None:
     """Unload an adapter; when it was the default, the base model becomes the default."""
     await st.adapters.unload(version)

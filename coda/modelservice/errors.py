@@ -1,9 +1,11 @@
 """Domain errors -> HTTP answers, in ONE place for the three model services.
 
 Routes raise what went wrong (an unusable screenshot, an unknown adapter, a model server that
-failed); :func:`install_error_handlers` turns each class into its status. Field errors use
-FastAPI's body shape, ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``; the others
-``{"detail": "..."}``. Messages are the errors' own, which never carry server paths.
+failed); :func:`install_error_handlers` turns each class into its status, in the shared
+kit's error shape (:mod:`coda.service.errors`): field errors as
+``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`` (:class:`FieldError`, the kit's),
+the others ``{"detail": "..."}``, always encodable. Messages are the errors' own, which never
+carry server paths.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from starlette.responses import Response
 
 from coda.imagerefs import ArtifactStoreUnavailable, ImageRefError
 from coda.inference.base import (
@@ -23,21 +25,11 @@ from coda.inference.base import (
     PromptTooLong,
 )
 from coda.logging import get_logger
+from coda.service.errors import FieldError, safe_json
 
 log = get_logger("coda.modelservice")
 
 Loc = Sequence[str | int]
-
-
-class FieldError(ValueError):
-    """A request field that cannot be used (422, or 413 for one too large)."""
-
-    def __init__(self, loc: Loc, message: str, *, status: int = 422,
-                 kind: str = "value_error") -> None:
-        super().__init__(message)
-        self.loc = list(loc)
-        self.status = status
-        self.kind = kind
 
 
 class NotFound(LookupError):
@@ -53,18 +45,16 @@ class Unavailable(RuntimeError):
 
 
 def field_body(loc: Loc, message: str, kind: str = "value_error") -> dict[str, Any]:
-    return {"detail": [{"loc": list(loc), "msg": message, "type": kind}]}
+    return {"detail": [FieldError(loc, message, kind=kind).to_error()]}
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None,
-          ) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=headers)
+          ) -> Response:
+    return safe_json(body, status, headers)
 
 
-def answer(exc: Exception) -> JSONResponse | None:
+def answer(exc: Exception) -> Response | None:
     """The HTTP answer for a domain error, or None for an exception that is not one."""
-    if isinstance(exc, FieldError):
-        return _json(exc.status, field_body(exc.loc, str(exc), exc.kind))
     if isinstance(exc, ImageRefError):
         kind = "image_too_large" if exc.status == 413 else "value_error"
         return _json(exc.status, field_body(["body", *exc.field], str(exc), kind))
@@ -89,14 +79,14 @@ def answer(exc: Exception) -> JSONResponse | None:
 
 
 MAPPED: tuple[type[Exception], ...] = (
-    FieldError, ImageRefError, PromptTooLong, AdapterNotFound, AdapterInvalid, NotFound,
+    ImageRefError, PromptTooLong, AdapterNotFound, AdapterInvalid, NotFound,
     Conflict, Unavailable, BackendError, ArtifactStoreUnavailable)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Register :func:`answer` for every domain error class."""
+    """Register :func:`answer` for every domain error class (the kit renders FieldError)."""
 
-    async def handle(_: Request, exc: Exception) -> JSONResponse:
+    async def handle(_: Request, exc: Exception) -> Response:
         response = answer(exc)
         assert response is not None  # registered for MAPPED classes only
         return response

@@ -82,10 +82,9 @@ class ModelServiceSettings(BaseSettings):
                            max_bytes=self.max_image_bytes)
 
     def tokens(self) -> dict[str, list[str]]:
-        """Role -> accepted bearer tokens (the admin token may also call the model)."""
-        admin = self.admin_token.get_secret_value()
-        return {"inference": [t.get_secret_value() for t in self.inference_tokens] + [admin],
-                "admin": [admin]}
+        """Role -> bearer tokens (routes of the model accept both roles)."""
+        return {"admin": [self.admin_token.get_secret_value()],
+                "inference": [t.get_secret_value() for t in self.inference_tokens]}
 
     def check_secrets(self) -> None:
         """Refuse default or weak tokens unless ``dev`` is set."""
