@@ -11,8 +11,9 @@ backend with a tiny random Qwen2.5-VL unless ``--model DIR`` names a local model
 ``--planner-url`` / ``--executor-url`` point at services already running, called with the
 token in ``CODA_TOKEN``). Every path gets a warm-up call, then ``--repeats`` timed rounds; the
 JSON holds the medians, the speedups (sequential / batch) and the tokens each path generated:
-the API has no ``min_tokens``, so lengths are reported rather than forced. The executor's results carry no token counts: its
-tokens are counted by re-tokenising the raw outputs with the model's tokenizer.
+the API has no ``min_tokens``, so lengths are reported rather than forced. The executor's
+results carry no token counts: its tokens are counted by re-tokenising the raw outputs with
+the model's tokenizer.
 
     python benchmarks/sampling.py --out benchmarks/results/sampling.json --repeats 5
 """

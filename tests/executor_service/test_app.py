@@ -27,12 +27,12 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.inference.base import ChatMessage, Completion, GenerateOptions
+from coda.inference.factory import make_backend
 from coda.inference.transformers_local import (
     TransformersBackend,
     render_prompt,
     to_processor_messages,
 )
-from coda.inference.factory import make_backend
 from coda.procs import free_port
 from executor_service.app import create_app
 from executor_service.logic import generate_each

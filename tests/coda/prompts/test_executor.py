@@ -112,7 +112,8 @@ def test_thought_body(thought: str, body: str) -> None:
         # + '\nAction: ', byte for byte (sci/base/agent, the executor call)
         ("Thought: Click File.\nAction: click(start_box='(1,2)')",
          "Thought: Click File.\nAction: "),
-        ("Thought: Line one.\nLine two.\nAction: wait()", "Thought: Line one.\nLine two.\nAction: "),
+        ("Thought: Line one.\nLine two.\nAction: wait()",
+         "Thought: Line one.\nLine two.\nAction: "),
         ("\n  Thought:   spaced  \n", "Thought:   spaced\nAction: "),
         ("Thought: Click the File menu.", "Thought: Click the File menu.\nAction: "),
         # a bare thought (Plan.thought) gets the label the planner writes
