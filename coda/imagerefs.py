@@ -173,15 +173,15 @@ class ReadOnlyStore(ArtifactStore):
                 return self._read_local(path, field, max_bytes)
             with self.fs.open(path, "rb", **self._open_kw()) as fh:
                 data = bytes(fh.read(max_bytes + 1))
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            if _unreachable(exc.__cause__):  # fsspec's http reports timeouts as "not found"
+                raise _unavailable(exc.__cause__) from None
             raise ImageRefError(field, "no artifact with this key in the artifact store",
                                 missing=True) from None
         except ImageRefError:
             raise
         except Exception as exc:  # any fsspec backend error: the store is at fault
-            log.warning("artifact_store_read_failed", error=f"{type(exc).__name__}: {exc}")
-            raise ArtifactStoreUnavailable(
-                f"the artifact store could not be read ({type(exc).__name__})") from None
+            raise _unavailable(exc) from None
         if len(data) > max_bytes:
             raise ImageRefError(field, f"artifact larger than {max_bytes} bytes", status=413)
         return data
@@ -200,6 +200,23 @@ class ReadOnlyStore(ArtifactStore):
             raise ImageRefError(field, f"artifact larger than {max_bytes} bytes", status=413)
         with open(real, "rb") as fh:
             return fh.read(max_bytes + 1)
+
+
+def _unreachable(cause: BaseException | None) -> bool:
+    """Whether ``cause`` is a transport failure (timeout, refused or dropped connection)."""
+    if isinstance(cause, TimeoutError | ConnectionError):
+        return True
+    try:
+        import aiohttp
+    except ImportError:
+        return False
+    return isinstance(cause, aiohttp.ClientConnectionError)
+
+
+def _unavailable(exc: BaseException | None) -> ArtifactStoreUnavailable:
+    log.warning("artifact_store_read_failed", error=f"{type(exc).__name__}: {exc}")
+    return ArtifactStoreUnavailable(
+        f"the artifact store could not be read ({type(exc).__name__})")
 
 
 def key_of(path: str) -> str:
