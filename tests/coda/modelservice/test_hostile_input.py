@@ -216,7 +216,7 @@ async def test_seed_is_bounded_to_64_bits(services: Callable[[str], RunningServi
         assert ["body", "sampling", "seed"] in locs(resp)
 
 
-@pytest.mark.parametrize("max_tokens", [4097, 32_768, 32_769])
+@pytest.mark.parametrize("max_tokens", [65, 4097, 32_768, 32_769])
 @pytest.mark.parametrize(("role", "path", "make"), [
     ("planner", "/v1/plan", plan_body), ("executor", "/v1/act", act_body)])
 async def test_max_tokens_is_bounded_by_a_setting(services: Callable[[str], RunningService],
@@ -224,7 +224,7 @@ async def test_max_tokens_is_bounded_by_a_setting(services: Callable[[str], Runn
                                                   make: Callable[[Body], Body],
                                                   max_tokens: int) -> None:
     body = make(dict(SHOT))
-    body["sampling"]["max_tokens"] = max_tokens  # the services' setting: 4096
+    body["sampling"]["max_tokens"] = max_tokens  # the session services' setting: 64
     resp = await post(services(role), path, body)
     assert resp.status_code == 422, resp.text
     assert ["body", "sampling", "max_tokens"] in locs(resp)
