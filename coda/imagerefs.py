@@ -252,3 +252,9 @@ class ScreenshotReader:
         """:meth:`read` off the event loop."""
         return await asyncio.to_thread(self.read, image, field)
 
+
+
+def read_ref(key: str, artifacts_url: str, *, max_bytes: int = ImageLimits.max_bytes) -> bytes:
+    """The bytes of the artifact ``key`` in the store at ``artifacts_url``, read as the
+    services read it (for callers outside a service, e.g. the trainer's group data)."""
+    return ReadOnlyStore(artifacts_url).read(key, ("ref",), max_bytes)

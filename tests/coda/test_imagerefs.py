@@ -21,6 +21,7 @@ from coda.imagerefs import (
     ScreenshotReader,
     check_image,
     decode_b64,
+    read_ref,
     ref_field,
 )
 
@@ -185,3 +186,12 @@ async def test_aread_off_the_loop(tmp_path: Path) -> None:
 def test_ref_field() -> None:
     assert ref_field(ImageRef(ref=MISSING), ("a", 1)) == ("a", 1, "ref")
     assert ref_field(ImageRef(b64="k"), ()) == ("b64",)
+
+
+def test_read_ref_reads_a_key_through_the_store(tmp_path: Path) -> None:
+    data = image_bytes()
+    key = ArtifactStore(str(tmp_path)).put(data, "image/png")
+    assert read_ref(key, str(tmp_path)) == data
+    for bad in ("/etc/passwd", "../x.png", "http://127.0.0.1:9/x.png"):
+        with pytest.raises(ImageRefError):
+            read_ref(bad, str(tmp_path))
