@@ -20,6 +20,7 @@ from prometheus_client import (
 from coda.service.auth import AuthGate, TokenAuth
 from coda.service.errors import document_generic_errors, install_error_handlers
 from coda.service.middleware import RequestContext, RequestLimits
+from coda.service.routes import RouteTable
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -96,7 +97,8 @@ def create_service_app(
                        body_timeout_s=body_timeout_s, max_concurrency=max_concurrency,
                        queue_timeout_s=queue_timeout_s, request_timeout_s=request_timeout_s,
                        prefix=limit_prefix)
+    routes = RouteTable(app.router)
     if auth is not None:
-        app.add_middleware(AuthGate, auth=auth, router_app=app.router)
-    app.add_middleware(RequestContext, requests=requests, latency=latency, router_app=app.router)
+        app.add_middleware(AuthGate, auth=auth, routes=routes)
+    app.add_middleware(RequestContext, requests=requests, latency=latency, routes=routes)
     return app, registry

@@ -1,8 +1,9 @@
 """Bearer tokens with roles, checked before a request body is read.
 
 A route states what it needs with a dependency from :func:`require` (``Depends(require(
-"admin"))``); that dependency carries a :class:`Requirement`. :class:`AuthGate`, an ASGI
-middleware, finds the requirement of the matched route once per route and answers 401/403
+"admin"))``, on the route or its router); that dependency carries a :class:`Requirement`.
+:class:`AuthGate`, an ASGI middleware, finds the requirement of the route a request will
+reach (:mod:`coda.service.routes`) and answers 401/403
 *before* the body is received, so a caller without a valid token never gets a body parsed,
 validated or buffered. The dependency then hands the caller's role to the route (and puts the
 bearer scheme into the OpenAPI document).
@@ -19,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, HTTPException, Request, status
-from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coda.service.errors import safe_json
+from coda.service.routes import RouteInfo, RouteTable
 
 ANONYMOUS = "anonymous"
 _bearer = HTTPBearer(auto_error=False, description="CODA bearer token")
@@ -112,9 +112,9 @@ def require(*roles: str, public: bool = False) -> Any:
     return dependency
 
 
-def route_requirement(route: APIRoute) -> Requirement | None:
-    """The requirement of ``route`` found among its dependencies (recursively)."""
-    stack = list(route.dependant.dependencies)
+def requirement_of(dependant: Any) -> Requirement | None:
+    """The :class:`Requirement` among a route's dependencies (searched recursively)."""
+    stack = list(getattr(dependant, "dependencies", []))
     while stack:
         dep = stack.pop()
         req = getattr(dep.call, "coda_requirement", None)
@@ -125,40 +125,35 @@ def route_requirement(route: APIRoute) -> Requirement | None:
 
 
 class AuthGate:
-    """Checks the matched route's :class:`Requirement` before anything reads the body."""
+    """Checks the :class:`Requirement` of the route a request will reach before anything
+    reads its body."""
 
-    def __init__(self, app: ASGIApp, auth: TokenAuth, router_app: Any) -> None:
+    def __init__(self, app: ASGIApp, auth: TokenAuth, routes: RouteTable) -> None:
         self.app = app
         self.auth = auth
-        self.router_app = router_app
-        self._guarded: list[tuple[APIRoute, Requirement]] | None = None
+        self.routes = routes
+        self._requirements: dict[str, Requirement | None] = {}
 
-    def _routes(self) -> list[tuple[APIRoute, Requirement]]:
-        if self._guarded is None:
-            found = []
-            for route in self.router_app.routes:
-                if isinstance(route, APIRoute):
-                    req = route_requirement(route)
-                    if req is not None:
-                        found.append((route, req))
-            self._guarded = found
-        return self._guarded
+    def _requirement(self, info: RouteInfo) -> Requirement | None:
+        key = f"{sorted(info.methods)} {info.path_format}"
+        if key not in self._requirements:
+            self._requirements[key] = requirement_of(info.dependant)
+        return self._requirements[key]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for route, req in self._routes():
-            match, _ = route.matches(scope)
-            if match is Match.FULL:
-                header = next((v.decode("latin-1") for k, v in scope.get("headers", [])
-                               if k == b"authorization"), None)
-                try:
-                    role = self.auth.check(req, header)
-                except AuthError as exc:
-                    await safe_json({"detail": exc.message}, exc.status_code,
-                                    _WWW)(scope, receive, send)
-                    return
-                scope.setdefault("state", {})["coda_role"] = role
-                break
+        info = self.routes.find(scope)
+        req = self._requirement(info) if info is not None else None
+        if req is not None:
+            header = next((v.decode("latin-1") for k, v in scope.get("headers", [])
+                           if k == b"authorization"), None)
+            try:
+                role = self.auth.check(req, header)
+            except AuthError as exc:
+                await safe_json({"detail": exc.message}, exc.status_code,
+                                _WWW)(scope, receive, send)
+                return
+            scope.setdefault("state", {})["coda_role"] = role
         await self.app(scope, receive, send)

@@ -20,7 +20,6 @@ Outermost first:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import uuid
@@ -29,37 +28,28 @@ from urllib.parse import parse_qsl
 
 import structlog
 from prometheus_client import Counter, Histogram
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coda.logging import get_logger
 from coda.service.cancellation import bind_cancel_event, reset_cancel_event
 from coda.service.errors import safe_json
 from coda.service.jsonguard import JSONBodyError, strict_loads, text_problem
+from coda.service.routes import RouteTable
 
 log = get_logger("coda.service")
 THREAD_PARSE_BYTES = 256 * 1024
 """JSON bodies larger than this are checked off the event loop."""
 
 
-def matched_route(router_app: Any, scope: Scope) -> Any:
-    """The route of ``router_app`` that fully matches ``scope``, or None."""
-    for route in getattr(router_app, "routes", []):
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return route
-    return None
-
-
 class RequestContext:
     """Request ids, request metrics and the JSON 500 for unhandled exceptions."""
 
     def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram,
-                 router_app: Any = None) -> None:
+                 routes: RouteTable | None = None) -> None:
         self.app = app
         self.requests = requests
         self.latency = latency
-        self.router_app = router_app
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,8 +85,11 @@ class RequestContext:
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
             if started:
-                route = scope.get("route") or matched_route(self.router_app, scope)
-                path = getattr(route, "path", "unmatched")
+                path = getattr(scope.get("route"), "path", None)
+                if path is None and self.routes is not None:  # answered before routing
+                    info = self.routes.find(scope)
+                    path = info.path_format if info is not None else None
+                path = path or "unmatched"
                 self.requests.labels(path, scope["method"], str(status)).inc()
                 self.latency.labels(path, scope["method"]).observe(time.perf_counter() - start)
 
@@ -155,7 +148,8 @@ class RequestLimits:
             await safe_json({"detail": [problem]}, 422)(scope, receive, send)
             return
         try:
-            body = await asyncio.wait_for(self._read_body(scope, receive), self.body_timeout_s)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read_body(scope, receive)
         except _TooLarge:
             await safe_json({"detail": f"request body exceeds {self.max_body_bytes} bytes"},
                             413)(scope, receive, send)
@@ -215,10 +209,14 @@ class RequestLimits:
         return True
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
-        """The app on the buffered body, with a deadline and cancel-on-disconnect."""
+        """The app on the buffered body, in this task, with a deadline and cancel-on-
+        disconnect: both cancel this task and set the request's cancel event."""
+        me = asyncio.current_task()
+        assert me is not None
         cancel = threading.Event()
         disconnected = asyncio.Event()
-        state = {"started": False, "complete": False, "replayed": False}
+        state: dict[str, Any] = {"started": False, "complete": False, "replayed": False,
+                                 "reason": None}
 
         async def replay() -> Message:
             if not state["replayed"]:
@@ -234,46 +232,41 @@ class RequestLimits:
                 state["complete"] = True
             await send(message)
 
-        token = bind_cancel_event(cancel)
-        try:
-            task: asyncio.Task[None] = asyncio.ensure_future(self.app(scope, replay, tracked_send))
-        finally:
-            reset_cancel_event(token)
+        def stop(reason: str) -> None:
+            if state["reason"] is None and not state["complete"]:
+                state["reason"] = reason
+                cancel.set()
+                me.cancel()
 
         async def watch() -> None:
             message = await receive()
             while message["type"] != "http.disconnect":
                 message = await receive()
             disconnected.set()
-            if not state["complete"]:
-                cancel.set()
-                task.cancel()
+            stop("disconnect")
 
         watcher = asyncio.create_task(watch())
+        timer = (asyncio.get_running_loop().call_later(self.request_timeout_s, stop, "deadline")
+                 if self.request_timeout_s else None)
+        token = bind_cancel_event(cancel)
         try:
-            try:
-                done, _ = await asyncio.wait({task}, timeout=self.request_timeout_s)
-            except asyncio.CancelledError:  # the server is shutting down: stop the app too
-                cancel.set()
-                task.cancel()
-                raise
-            if not done:
-                cancel.set()
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await self.app(scope, replay, tracked_send)
+        except asyncio.CancelledError:
+            if state["reason"] is None:
+                raise  # cancelled from outside (server shutdown)
+            me.uncancel()
+            if state["reason"] == "disconnect":
+                log.info("request cancelled: client disconnected", path=scope.get("path"))
+            else:
                 log.warning("request deadline passed", path=scope.get("path"),
                             deadline_s=self.request_timeout_s)
                 if not state["started"]:
                     await safe_json({"detail": f"request exceeded the server deadline of "
                                                f"{self.request_timeout_s} s"}, 504)(
                         scope, receive, send)
-                return
-            if task.cancelled():
-                log.info("request cancelled: client disconnected", path=scope.get("path"))
-                return
-            task.result()  # re-raise what the app raised, for RequestContext
         finally:
+            reset_cancel_event(token)
+            if timer is not None:
+                timer.cancel()
+            state["complete"] = True  # nothing may cancel this task any more
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher

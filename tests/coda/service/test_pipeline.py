@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from fastapi import Depends, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from coda.logging import configure_logging
@@ -84,6 +84,13 @@ def _app() -> Any:
             return stopped
         return {"stopped": await asyncio.to_thread(work)}
 
+    routed = APIRouter(prefix="/v1/routed", dependencies=[Depends(require("admin"))])
+
+    @routed.post("/{name}/thing")
+    async def routed_thing(name: str, body: Echo) -> dict[str, str]:
+        return {"name": name}
+
+    app.include_router(routed)
     return app
 
 
@@ -178,12 +185,27 @@ def test_auth_comes_before_the_body(kit, headers: dict[str, str], code: int) -> 
     assert r.status_code == code
 
 
-def test_a_huge_body_without_token_is_refused_unread(kit) -> None:
+@pytest.mark.parametrize(("headers", "code"), [
+    ({}, 401), ({"authorization": f"Bearer {USER}"}, 403),
+    ({"authorization": f"Bearer {ADMIN}"}, 422)])
+def test_auth_comes_before_the_body_on_included_routers(kit, headers: dict[str, str],
+                                                        code: int) -> None:
+    """Routes added with include_router, the requirement on the router itself."""
+    r = httpx.post(f"{kit[0]}/v1/routed/a/thing", content=b"{not json", headers={
+        "content-type": "application/json", **headers})
+    assert r.status_code == code
+    r = httpx.post(f"{kit[0]}/v1/routed/a/thing", json={"name": "x"},
+                   headers={"authorization": f"Bearer {ADMIN}"})
+    assert r.json() == {"name": "a"}
+
+
+@pytest.mark.parametrize("path", ["/v1/echo", "/v1/routed/a/thing"])
+def test_a_huge_body_without_token_is_refused_unread(kit, path: str) -> None:
     """Headers declaring 35 MiB and no body at all: the 401 comes back at once."""
     host = urlsplit(kit[0])
     with socket.create_connection((host.hostname, host.port), timeout=5) as sock:
-        sock.sendall(b"POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     b"content-length: 36700160\r\n\r\n")
+        sock.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     "content-length: 36700160\r\n\r\n".encode())
         reply = sock.recv(4096)
     assert reply.startswith(b"HTTP/1.1 401")
 
