@@ -136,7 +136,7 @@ async def test_bad_input_is_422_naming_the_field(
 
 
 async def test_client_reports_422(executor_service: RunningService) -> None:
-    req = ActRequest(instruction="x", thought="y",
+    req = ActRequest(instruction="x", thought="y", sampling=SAMPLING,
                      screenshot=ImageRef(ref=f"sha256/ab/{'ab' * 32}.png"))
     async with executor_service.client(ExecutorClient) as client:
         with pytest.raises(ServiceError) as info:
