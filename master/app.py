@@ -10,16 +10,15 @@ from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Request, Response
 from redis.exceptions import RedisError
 
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
 from coda.logging import configure_logging, get_logger
-from coda.service import create_service_app
+from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
-from master import batches, jobs, maintenance, workers
+from master import batches, jobs, maintenance, shutdown, workers
 from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
@@ -63,12 +62,15 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         gc.collect()
         gc.freeze()
         gc.set_threshold(*s.gc_thresholds)
+        restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
         loop = asyncio.create_task(maintenance.run(core, stop))
         log.info("master ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url)
         try:
             yield
         finally:
+            core.stopping.set()
+            restore_signals()
             stop.set()
             await loop
             await redis.aclose()
@@ -97,16 +99,16 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
 
 def _errors(app: FastAPI) -> None:
     def handler(code: int) -> Any:
-        async def handle(_: Request, exc: Exception) -> JSONResponse:
-            return JSONResponse({"detail": str(exc) or type(exc).__name__}, status_code=code)
+        async def handle(_: Request, exc: Exception) -> Response:
+            return safe_json({"detail": str(exc) or type(exc).__name__}, code)
         return handle
 
     app.add_exception_handler(jobs.LeaseLost, handler(409))
+    app.add_exception_handler(jobs.StepRefused, handler(409))
     app.add_exception_handler(jobs.JobNotFound, handler(404))
     app.add_exception_handler(batches.BatchNotFound, handler(404))
     app.add_exception_handler(workers.WorkerNotFound, handler(404))
     app.add_exception_handler(ArtifactError, handler(400))
-    app.add_exception_handler(TaskLoadError, handler(422))
     app.add_exception_handler(RedisError, handler(503))
     # Postgres unreachable or restarted under us: clients retry on 503
     app.add_exception_handler(asyncpg.exceptions.ConnectionDoesNotExistError, handler(503))
@@ -114,11 +116,16 @@ def _errors(app: FastAPI) -> None:
     app.add_exception_handler(asyncpg.exceptions.InterfaceError, handler(503))
     app.add_exception_handler(ConnectionError, handler(503))
 
-    async def invalid_result(_: Request, exc: Exception) -> JSONResponse:
+    async def invalid_result(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, jobs.InvalidResult)
-        return JSONResponse({"detail": exc.errors}, status_code=422)
+        return safe_json({"detail": exc.errors}, 422)
+
+    async def invalid_task(_: Request, exc: Exception) -> Response:
+        return safe_json({"detail": [{"loc": ["body"], "msg": str(exc), "type": "task_invalid"}]},
+                         422)
 
     app.add_exception_handler(jobs.InvalidResult, invalid_result)
+    app.add_exception_handler(TaskLoadError, invalid_task)
 
 
 def main() -> None:  # pragma: no cover - thin wrapper for `python -m master.app`

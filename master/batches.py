@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -15,9 +18,7 @@ from coda.contracts.records import (
     BatchProgress,
     BatchStatus,
     Episode,
-    EpisodePayload,
     EpisodeStatus,
-    JobKind,
     Step,
 )
 from coda.scoring import Outcome
@@ -30,43 +31,91 @@ class BatchNotFound(Exception):
     pass
 
 
-async def create(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue, spec: BatchCreate,
-                 tasks: list[TaskSpec]) -> tuple[Batch, list[uuid.UUID]]:
-    batch_id = uuid.uuid4()
-    task_rows, episode_rows, new_jobs = [], [], []
-    for task in tasks:
-        task_row = uuid.uuid4()
-        task_rows.append({"id": task_row, "batch_id": batch_id, "task_id": task.id,
-                          "app": task.app, "spec": task.model_dump(mode="json")})
+@dataclass
+class _Rows:
+    """A batch as column arrays (built off the event loop; JSON already encoded)."""
+
+    task_ids: list[uuid.UUID] = field(default_factory=list)
+    task_names: list[str] = field(default_factory=list)
+    task_apps: list[str] = field(default_factory=list)
+    task_specs: list[str] = field(default_factory=list)
+    job_ids: list[uuid.UUID] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    episode_ids: list[uuid.UUID] = field(default_factory=list)
+    episode_tasks: list[int] = field(default_factory=list)  # index into the task arrays
+    rollouts: list[int] = field(default_factory=list)
+
+
+def _rows(batch_id: uuid.UUID, spec: BatchCreate, tasks: list[TaskSpec]) -> _Rows:
+    rows = _Rows()
+    version = json.dumps(spec.planner_version)
+    for n, task in enumerate(tasks):
+        rows.task_ids.append(uuid.uuid4())
+        rows.task_names.append(task.id)
+        rows.task_apps.append(task.app)
+        task_json = task.model_dump_json()
+        rows.task_specs.append(task_json)
         for k in range(spec.rollouts):
             ep, job = uuid.uuid4(), uuid.uuid4()
-            payload = EpisodePayload(episode_id=ep, batch_id=batch_id, rollout=k, task=task,
-                                     planner_version=spec.planner_version)
-            new_jobs.append(jobs.NewJob(id=job, kind=JobKind.EPISODE,
-                                        payload=payload.model_dump(mode="json"),
-                                        priority=spec.priority, max_attempts=spec.max_attempts,
-                                        batch_id=batch_id))
-            episode_rows.append({"id": ep, "batch_id": batch_id, "task_row_id": task_row,
-                                 "job_id": job, "task_id": task.id, "app": task.app,
-                                 "rollout": k, "planner_version": spec.planner_version})
+            # EpisodePayload's JSON, written around the task's JSON (dumped once per task)
+            rows.payloads.append(
+                f'{{"episode_id":"{ep}","batch_id":"{batch_id}","rollout":{k},'
+                f'"task":{task_json},"planner_version":{version}}}')
+            rows.job_ids.append(job)
+            rows.episode_ids.append(ep)
+            rows.episode_tasks.append(n)
+            rows.rollouts.append(k)
+    return rows
+
+
+INSERT_CHUNK = 2000  # rows per statement: each round trip stays short
+
+
+async def create(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue, spec: BatchCreate,
+                 tasks: list[TaskSpec]) -> tuple[Batch, list[uuid.UUID]]:
+    """One transaction: the batch, its tasks, one episode job and one episode per rollout.
+    The rows are built in a thread and inserted a chunk at a time as arrays (``unnest``), so
+    a batch of many thousand tasks never holds the event loop for long."""
+    batch_id = uuid.uuid4()
+    rows = await asyncio.to_thread(_rows, batch_id, spec, tasks)
     async with pg.acquire() as conn, conn.transaction():
         await conn.execute(
             "insert into batches (id, name, status, priority, rollouts, planner_version) "
             "values ($1, $2, 'running', $3, $4, $5)",
             batch_id, spec.name, spec.priority, spec.rollouts, spec.planner_version)
-        await conn.executemany(
-            "insert into tasks (id, batch_id, task_id, app, spec) values ($1, $2, $3, $4, $5)",
-            [(t["id"], t["batch_id"], t["task_id"], t["app"], t["spec"]) for t in task_rows])
-        await jobs.insert_jobs(conn, new_jobs)
-        await conn.executemany(
-            "insert into episodes (id, batch_id, task_row_id, job_id, task_id, app, rollout, "
-            "status, attempts, planner_version) values ($1, $2, $3, $4, $5, $6, $7, 'queued', "
-            "0, $8)",
-            [(e["id"], e["batch_id"], e["task_row_id"], e["job_id"], e["task_id"], e["app"],
-              e["rollout"], e["planner_version"]) for e in episode_rows])
-    await jobs.publish(pg, queue, [j.id for j in new_jobs])
+        for lo in range(0, len(rows.task_ids), INSERT_CHUNK):
+            hi = lo + INSERT_CHUNK
+            await conn.execute(
+                "insert into tasks (id, batch_id, task_id, app, spec) "
+                "select u.id, $1, u.task_id, u.app, u.spec::jsonb "
+                "from unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) "
+                "as u(id, task_id, app, spec)",
+                batch_id, rows.task_ids[lo:hi], rows.task_names[lo:hi], rows.task_apps[lo:hi],
+                rows.task_specs[lo:hi])
+        for lo in range(0, len(rows.job_ids), INSERT_CHUNK):
+            hi = lo + INSERT_CHUNK
+            # ordinality: jobs get their seq (FIFO order within a priority) in task order
+            await conn.execute(
+                "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, "
+                "batch_id) select u.id, 'episode', 'queued', $1, u.payload::jsonb, 0, $2, $3 "
+                "from unnest($4::uuid[], $5::text[]) with ordinality as u(id, payload, n) "
+                "order by u.n",
+                spec.priority, spec.max_attempts, batch_id, rows.job_ids[lo:hi],
+                rows.payloads[lo:hi])
+            tasks_of = [rows.task_ids[i] for i in rows.episode_tasks[lo:hi]]
+            names_of = [rows.task_names[i] for i in rows.episode_tasks[lo:hi]]
+            apps_of = [rows.task_apps[i] for i in rows.episode_tasks[lo:hi]]
+            await conn.execute(
+                "insert into episodes (id, batch_id, task_row_id, job_id, task_id, app, rollout, "
+                "status, attempts, planner_version) select u.id, $1, u.task_row, u.job, u.name, "
+                "u.app, u.rollout, 'queued', 0, $2 from unnest($3::uuid[], $4::uuid[], "
+                "$5::uuid[], $6::text[], $7::text[], $8::int[]) "
+                "as u(id, task_row, job, name, app, rollout)",
+                batch_id, spec.planner_version, rows.episode_ids[lo:hi], tasks_of,
+                rows.job_ids[lo:hi], names_of, apps_of, rows.rollouts[lo:hi])
+    await jobs.publish(pg, queue, rows.job_ids)
     batch = await get(engine, batch_id)
-    return batch, [uuid.UUID(str(e["id"])) for e in episode_rows]
+    return batch, rows.episode_ids
 
 
 def _progress(counts: dict[str, int], succeeded: int) -> BatchProgress:

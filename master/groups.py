@@ -14,10 +14,8 @@ from coda.contracts.training import Group, GroupRecord, GroupStatus
 from master.jobs import LeaseLost, new_token
 
 
-async def insert_group_pg(conn: asyncpg.Connection | asyncpg.Pool,
-                          body: dict[str, Any]) -> uuid.UUID:
-    """Store a ready group (validated) through the asyncpg pool or a connection."""
-    group = Group.model_validate(body)
+async def insert_group_pg(conn: asyncpg.Connection | asyncpg.Pool, group: Group) -> uuid.UUID:
+    """Store a ready group through the asyncpg pool or a connection."""
     gid = uuid.uuid4()
     await conn.execute(
         "insert into groups (id, status, planner_version, body) values ($1, 'ready', $2, $3)",
@@ -26,7 +24,7 @@ async def insert_group_pg(conn: asyncpg.Connection | asyncpg.Pool,
 
 
 async def create(pg: asyncpg.Pool, group: Group) -> uuid.UUID:
-    return await insert_group_pg(pg, group.model_dump(mode="json"))
+    return await insert_group_pg(pg, group)
 
 
 def _record(r: Any) -> GroupRecord:
@@ -56,8 +54,7 @@ async def lease(engine: AsyncEngine, *, max_groups: int, ttl_s: float,
 
 
 async def ack(engine: AsyncEngine, *, group_id: uuid.UUID, token: str, status: GroupStatus) -> None:
-    if status not in (GroupStatus.CONSUMED, GroupStatus.DROPPED):
-        raise ValueError("status: must be 'consumed' or 'dropped'")
+    """Consumed or dropped (the request model admits no other status)."""
     async with engine.begin() as conn:
         row = (await conn.execute(text(
             "update groups set status = :s, lease_token = null where id = :id "

@@ -17,10 +17,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
+from pydantic import BaseModel, ValidationError
 
+from coda.contracts.master_api import GroupJobResult
 from coda.contracts.records import EpisodeResult, Job, JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master.queue.redis_queue import RedisQueue
@@ -28,6 +30,7 @@ from master.queue.redis_queue import RedisQueue
 log = get_logger("coda.master.jobs")
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+M = TypeVar("M", bound=BaseModel)
 
 
 class LeaseLost(Exception):
@@ -162,10 +165,18 @@ async def heartbeat(
     raise LeaseLost(job_id, row["status"])
 
 
+class StepRefused(Exception):
+    """A step report the lease does not allow (another attempt, or a job without steps)."""
+
+
+# The lease decides the attempt: the stored step carries the job's attempt, and a report that
+# names another one matches no row (see report_step).
 _STEP = (
     "insert into steps (episode_id, attempt, idx, body) "
-    "select e.id, j.attempts, $3::int, $4::jsonb from jobs j join episodes e on e.job_id = j.id "
+    "select e.id, j.attempts, $3::int, jsonb_set($4::jsonb, '{attempt}', to_jsonb(j.attempts)) "
+    "from jobs j join episodes e on e.job_id = j.id "
     "where j.id = $1 and j.lease_token = $2 and j.status = 'leased' "
+    "and ($5::int is null or $5::int = j.attempts) "
     "on conflict (episode_id, attempt, idx) do update set body = excluded.body "
     "returning episode_id"
 )
@@ -174,8 +185,18 @@ _STEP = (
 async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: Step) -> None:
     """Store a step of the episode this job runs (idempotent per attempt and index)."""
     body = step.model_dump(mode="json", exclude={"created_at"})
-    if await pg.fetchval(_STEP, job_id, token, step.index, body) is None:
-        raise await _lost(pg, job_id)
+    if await pg.fetchval(_STEP, job_id, token, step.index, body, step.attempt) is not None:
+        return
+    row = await pg.fetchrow(
+        "select kind, status, lease_token, attempts from jobs where id = $1", job_id)
+    if row is None:
+        raise JobNotFound(str(job_id))
+    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
+        raise LeaseLost(job_id, row["status"])
+    if row["kind"] != JobKind.EPISODE:
+        raise StepRefused(f"job {job_id} is a {row['kind']} job: only episode jobs have steps")
+    raise StepRefused(f"step.attempt: {step.attempt} is not the attempt of this lease "
+                      f"({row['attempts']}); leave it out, the master sets it")
 
 
 _FINISH = (
@@ -189,33 +210,32 @@ async def complete(
     pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
     result: dict[str, Any],
 ) -> JobKind:
-    """Finish a leased job with its result; an episode result is validated first (422 without
-    any change when it does not fit)."""
+    """Finish a leased job with its result; an episode or group result is validated first (422
+    without any change when it does not fit)."""
     async with pg.acquire() as conn, conn.transaction():
         kind = await conn.fetchval(_FINISH, job_id, token, result)
         if kind is None:
             raise await _lost(conn, job_id)
+        # an invalid result raises here, inside the transaction: nothing is changed
         if kind == JobKind.EPISODE:
-            res = _episode_result(result)
+            res = _validated(EpisodeResult, result)
             score = res.score if res.score is not None else (
                 None if res.success is None else float(res.success))
             await conn.execute(
                 "update episodes set status = 'completed', success = $2, score = $3, "
                 "answer = $4, result = $5, finished_at = now(), updated_at = now() "
                 "where job_id = $1", job_id, res.success, score, res.answer, result)
-        elif kind == JobKind.GROUP and isinstance(result.get("group"), dict):
+        elif kind == JobKind.GROUP:
             from master.groups import insert_group_pg  # groups import this module
 
-            await insert_group_pg(conn, result["group"])
+            await insert_group_pg(conn, _validated(GroupJobResult, result).group)
     await queue.release(str(job_id), token)
     return JobKind(kind)
 
 
-def _episode_result(result: dict[str, Any]) -> EpisodeResult:
-    from pydantic import ValidationError
-
+def _validated(model: type[M], result: dict[str, Any]) -> M:
     try:
-        return EpisodeResult.model_validate(result)
+        return model.model_validate(result)
     except ValidationError as exc:  # rolls the transaction back: nothing changes
         raise InvalidResult([{"loc": ["body", "result", *e["loc"]], "msg": e["msg"],
                               "type": e["type"]} for e in exc.errors()]) from exc

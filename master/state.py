@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import asyncpg
@@ -25,6 +26,7 @@ class AppState:
     queue: RedisQueue
     store: ArtifactStore
     metrics: MasterMetrics | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGTERM / SIGINT
 
 
 async def get_state(request: Request) -> AppState:

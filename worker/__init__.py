@@ -1,4 +1,10 @@
-"""VM-host worker: environment providers, guest agent, episode runner, judge and group jobs.
+"""VM-host worker: environment providers, guest agent, task setup and checkers (the episode
+runner, judge and group jobs come with the worker issue). It speaks to the master only over HTTP
+(coda.clients.master).
 
-Lands with the worker issue; it speaks to the master only over HTTP (coda.clients.master).
+- ``worker.guest``: the agent that runs on each desktop (OSWorld's routes and more);
+- ``worker.providers``: create, reset and hand out desktops (local, vmware, vsphere, docker);
+- ``worker.tasks``: ScienceBoard / OSWorld task setup steps, checkers and app adapters.
 """
+
+__version__ = "0.1.0"

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
+from coda.contracts.records import (
+    APP_MAX,
+    NAME_MAX,
+    TOKEN_MAX,
+    Batch,
+    Episode,
+    Job,
+    JobKind,
+    Step,
+    Worker,
+)
 from coda.contracts.training import Group, GroupRecord, GroupStatus, ModelVersion
+from coda.tasks import TaskDocument
 
 MAX_ROLLOUTS = 64
+MAX_BATCH_TASKS = 100_000
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
+AppName = Annotated[str, Field(min_length=1, max_length=APP_MAX)]
 
 
 class BatchCreate(BaseModel):
@@ -19,15 +33,17 @@ class BatchCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, max_length=200)
-    tasks: list[dict[str, Any]] = Field(
-        min_length=1, description="task documents: CODA TaskSpec JSON (keeps ids and sources), "
-        "or raw ScienceBoard / OSWorld task JSON"
-    )
+    name: str | None = Field(default=None, max_length=NAME_MAX)
+    tasks: list[TaskDocument] = Field(
+        min_length=1, max_length=MAX_BATCH_TASKS,
+        description="task documents: CODA TaskSpec JSON (keeps ids and sources), or raw "
+        "ScienceBoard / OSWorld task JSON; each is parsed on its own, and an error names the "
+        "task's index and field")
     rollouts: int = Field(default=1, ge=1, le=MAX_ROLLOUTS)
     priority: int = Field(default=0, ge=-1000, le=1000, description="higher runs first")
     max_attempts: int = Field(default=3, ge=1, le=20)
-    planner_version: str | None = Field(default=None, description="pin a planner version")
+    planner_version: str | None = Field(default=None, min_length=1, max_length=NAME_MAX,
+                                       description="pin a planner version")
 
 
 class BatchCreated(BaseModel):
@@ -61,20 +77,25 @@ class JobCreated(BaseModel):
     kind: JobKind
 
 
+MAX_SLOTS = 10_000
+
+
 class WorkerRegister(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    host: str | None = Field(default=None, max_length=200)
-    slots: int = Field(default=1, ge=1, le=10_000)
-    kinds: list[JobKind] = Field(default_factory=lambda: [JobKind.EPISODE], min_length=1)
-    apps: list[str] = Field(default_factory=list)
+    name: str = Field(min_length=1, max_length=NAME_MAX)
+    host: str | None = Field(default=None, max_length=NAME_MAX)
+    slots: int = Field(default=1, ge=1, le=MAX_SLOTS)
+    kinds: list[JobKind] = Field(default_factory=lambda: [JobKind.EPISODE], min_length=1,
+                                 max_length=len(JobKind))
+    apps: list[AppName] = Field(default_factory=list, max_length=1000)
 
 
 class WorkerHeartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    busy_slots: int = Field(default=0, ge=0)
+    busy_slots: int = Field(default=0, ge=0, le=MAX_SLOTS,
+                            description="slots running a job (capped at the worker's slots)")
 
 
 class LeaseRequest(BaseModel):
@@ -93,7 +114,7 @@ class LeaseResponse(BaseModel):
 class LeaseToken(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    lease_token: str = Field(min_length=8, max_length=128)
+    lease_token: str = Field(min_length=8, max_length=TOKEN_MAX)
 
 
 class JobHeartbeatResponse(BaseModel):
@@ -105,7 +126,17 @@ class StepReport(LeaseToken):
 
 
 class JobComplete(LeaseToken):
-    result: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] = Field(
+        default_factory=dict, description="an episode job's EpisodeResult, a group job's "
+        "GroupJobResult, a judge job's verdict; a result that does not fit is refused (422)")
+
+
+class GroupJobResult(BaseModel):
+    """What a worker reports when a group job ends: the group it built (stored as ready)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    group: Group
 
 
 class JobFail(LeaseToken):
@@ -139,9 +170,9 @@ class GroupLeaseRequest(BaseModel):
 
     max_groups: int = Field(default=8, ge=1, le=1024)
     ttl_s: float = Field(default=600, ge=1, le=86_400)
-    planner_versions: list[str] | None = Field(
-        default=None, description="only groups sampled by these versions (staleness window)"
-    )
+    planner_versions: list[Name] | None = Field(
+        default=None, max_length=1000,
+        description="only groups sampled by these versions (staleness window)")
 
 
 class GroupList(BaseModel):
@@ -149,7 +180,8 @@ class GroupList(BaseModel):
 
 
 class GroupAck(LeaseToken):
-    status: GroupStatus = GroupStatus.CONSUMED
+    status: Literal[GroupStatus.CONSUMED, GroupStatus.DROPPED] = Field(
+        default=GroupStatus.CONSUMED, description="consumed (trained on) or dropped (stale)")
 
 
 class ModelVersionList(BaseModel):

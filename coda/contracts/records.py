@@ -12,6 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from coda.actions import Action
 from coda.tasks import TaskSpec
 
+# Bounds of the columns the master stores these fields in (Postgres integer, varchar(n)), so a
+# value that cannot be stored is refused with a 422 naming the field, never a 500.
+INT32_MAX = 2**31 - 1
+NAME_MAX = 200  # names, ids, versions: varchar(200)
+APP_MAX = 100  # application names: varchar(100)
+TOKEN_MAX = 64  # lease tokens: varchar(64)
+MAX_STEP_INDEX = 100_000
+MAX_OFFSET = 1_000_000_000  # list routes: how many rows may be skipped
+
 
 class JobKind(StrEnum):
     EPISODE = "episode"
@@ -67,15 +76,18 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    index: int = Field(ge=0)
-    attempt: int = Field(default=1, ge=1, description="which lease of the episode ran it")
+    index: int = Field(ge=0, le=MAX_STEP_INDEX)
+    attempt: int | None = Field(
+        default=None, ge=1, le=INT32_MAX,
+        description="which lease of the episode ran it: the master sets it from the lease; a "
+        "report naming another attempt than the lease's is refused (409)")
     thought: str | None = None
     action: Action | None = None
     raw_executor_text: str | None = None
     screenshot: str | None = Field(default=None, description="artifact key of the screen before")
     outcome: StepOutcome = StepOutcome.OK
     error: str | None = None
-    planner_version: str | None = None
+    planner_version: str | None = Field(default=None, max_length=NAME_MAX)
     latency_ms: float | None = Field(default=None, ge=0)
     extra: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime | None = None
@@ -90,7 +102,7 @@ class EpisodeResult(BaseModel):
     score: float | None = Field(default=None, ge=0, le=1)
     answer: str | None = None
     final_screenshot: str | None = None
-    steps: int | None = Field(default=None, ge=0)
+    steps: int | None = Field(default=None, ge=0, le=MAX_STEP_INDEX)
     info: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -91,7 +91,7 @@ class Group(BaseModel):
     state: StateRef
     target: Action = Field(description="the labelled (positive) action at this state")
     candidates: list[Candidate] = Field(min_length=1)
-    planner_version: str | None = None
+    planner_version: str | None = Field(default=None, max_length=200)  # master: varchar(200)
 
 
 class GroupRecord(BaseModel):
@@ -116,7 +116,7 @@ class ModelVersionCreate(BaseModel):
     role: ModelRole = ModelRole.PLANNER
     base_model: str = Field(min_length=1)
     adapter_uri: str | None = Field(default=None, description="fsspec URL of a LoRA adapter")
-    parent: str | None = None
+    parent: str | None = Field(default=None, max_length=200)  # master: varchar(200)
     make_current: bool = True
     metrics: dict[str, float] = Field(default_factory=dict)
 

@@ -14,6 +14,7 @@ from coda.contracts.records import JobKind
 from master.queue.keys import Keys
 
 _PRIORITY_SHIFT = 2**41
+PUSH_CHUNK = 5000
 
 # KEYS: ready, leases, tokens; ARGV: expiry_ms, token1..tokenN  -> [id1, id2, ...]
 _LEASE = """
@@ -84,8 +85,9 @@ class RedisQueue:
     async def push(self, kind: JobKind | str, items: Iterable[tuple[str, int, int]]) -> None:
         """Make jobs ready: ``(job_id, priority, seq)``."""
         mapping = {jid: order_score(p, s) for jid, p, s in items}
-        if mapping:
-            await self.r.zadd(self.k.ready(kind), mapping)
+        chunk = list(mapping.items())
+        for lo in range(0, len(chunk), PUSH_CHUNK):  # Redis is never busy for long on one call
+            await self.r.zadd(self.k.ready(kind), dict(chunk[lo:lo + PUSH_CHUNK]))
 
     async def remove(self, kind: JobKind | str, job_ids: Sequence[str]) -> None:
         if job_ids:

@@ -7,15 +7,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, HTTPException, Response, UploadFile, status
 
-from coda.artifacts import ArtifactError, content_type_of, validate_key
+from coda.artifacts import CONTENT_TYPES, ArtifactError, content_type_of, validate_key
 from coda.contracts.master_api import ArtifactRef
+from coda.service import error_responses
 from master.auth import Reader, WorkerAuth
 from master.state import State
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"])
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=error_responses(415))
 async def upload_artifact(core: State, _: WorkerAuth,
                           file: Annotated[UploadFile, File()]) -> ArtifactRef:
     """Store an image (PNG/JPEG/WebP) or JSON; the key is its SHA-256."""
@@ -32,7 +33,14 @@ async def upload_artifact(core: State, _: WorkerAuth,
     return ArtifactRef(key=key, size=len(data), content_type=ctype)
 
 
-@router.get("/{key:path}")
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_DOWNLOAD = {200: {"description": "The artifact's bytes, with the content type of its key",
+                   "content": {ctype: ({"schema": {}} if ctype == "application/json" else _BINARY)
+                               for ctype in CONTENT_TYPES}},
+             **error_responses(400, 404)}
+
+
+@router.get("/{key:path}", response_class=Response, responses=_DOWNLOAD)
 async def get_artifact(key: str, core: State, _: Reader) -> Response:
     """Download an artifact by key."""
     try:

@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
 import uuid
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
 from pydantic import ValidationError
 
 from coda.contracts.master_api import BatchCreate, BatchCreated, BatchList
-from coda.contracts.records import Batch
+from coda.contracts.records import MAX_OFFSET, NAME_MAX, Batch
+from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
 from master import batches
 from master.auth import Admin, Reader
 from master.state import State
+from master.taskfile import check_text, read_task_file
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
+MAX_ERRORS = 100  # a response lists at most this many refused tasks
 
 
-def _parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> list[TaskSpec]:
-    """Task documents -> specs; a raw ScienceBoard document gets its id from the uploaded file
-    name (one document) or from its content."""
+def _unprocessable(errors: list[dict[str, Any]]) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, errors)
+
+
+def parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> list[TaskSpec]:
+    """Task documents -> specs (CPU work: callers run it in a thread). A raw ScienceBoard
+    document gets its id from the uploaded file name (one document) or from its content."""
     tasks, errors = [], []
     path = filename if len(docs) == 1 else None
     for i, doc in enumerate(docs):
@@ -31,20 +39,20 @@ def _parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> lis
             errors.append({"loc": ["body", "tasks", i], "msg": f"tasks[{i}]: {exc}",
                            "type": "task_invalid"})
     if errors:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, errors)
-    ids = [t.id for t in tasks]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise _unprocessable(errors[:MAX_ERRORS])
+    dup = sorted(i for i, n in Counter(t.id for t in tasks).items() if n > 1)
     if dup:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["body", "tasks"], "msg": f"duplicate task ids: {dup}", "type": "duplicate"}])
+        shown = ", ".join(dup[:20]) + (f" and {len(dup) - 20} more" if len(dup) > 20 else "")
+        raise _unprocessable([{"loc": ["body", "tasks"], "msg": f"duplicate task ids: {shown}",
+                               "type": "duplicate"}])
     return tasks
 
 
 @router.post("", status_code=201)
 async def create_batch(body: BatchCreate, core: State, _: Admin) -> BatchCreated:
     """Create a batch: every task runs ``rollouts`` times."""
-    batch, episodes = await batches.create(core.engine, core.pg, core.queue, body,
-                                           _parse_tasks(body.tasks))
+    tasks = await asyncio.to_thread(parse_tasks, body.tasks)
+    batch, episodes = await batches.create(core.engine, core.pg, core.queue, body, tasks)
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 
@@ -55,47 +63,40 @@ async def upload_batch(
     rollouts: Annotated[int, Form()] = 1,
     priority: Annotated[int, Form()] = 0,
     max_attempts: Annotated[int, Form()] = 3,
-    name: Annotated[str | None, Form()] = None,
+    name: Annotated[str | None, Form(max_length=NAME_MAX)] = None,
 ) -> BatchCreated:
     """Create a batch from an uploaded task file (JSON object, JSON list or JSONL)."""
-    raw = (await file.read()).decode("utf-8", errors="replace")
+    filename = check_text(("body", "file", "filename"), file.filename or None)
+    check_text(("body", "name"), name)
+    raw = await file.read()
+    docs = await asyncio.to_thread(read_task_file, raw,
+                                   jsonl=(filename or "").endswith(".jsonl"))
     try:
-        if (file.filename or "").endswith(".jsonl"):
-            docs = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        else:
-            parsed = json.loads(raw)
-            docs = parsed if isinstance(parsed, list) else [parsed]
-    except json.JSONDecodeError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["body", "file"], "msg": f"not valid JSON: {exc.msg} (line {exc.lineno})",
-             "type": "json_invalid"}]) from exc
-    try:
-        spec = BatchCreate(name=name or file.filename, tasks=docs, rollouts=rollouts,
-                           priority=priority, max_attempts=max_attempts)
+        spec = BatchCreate(name=name or (filename or "")[:NAME_MAX] or None, tasks=docs,
+                           rollouts=rollouts, priority=priority, max_attempts=max_attempts)
     except ValidationError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
-                             for e in exc.errors()]) from exc
-    batch, episodes = await batches.create(core.engine, core.pg, core.queue, spec,
-                                           _parse_tasks(docs, file.filename))
+        raise _unprocessable([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                              for e in exc.errors(include_input=False)]) from exc
+    tasks = await asyncio.to_thread(parse_tasks, docs, filename)
+    batch, episodes = await batches.create(core.engine, core.pg, core.queue, spec, tasks)
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 
 @router.get("")
 async def list_batches(core: State, _: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                       offset: Annotated[int, Query(ge=0)] = 0) -> BatchList:
+                       offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> BatchList:
     """List batches, newest first, with progress."""
     items, total = await batches.list_batches(core.engine, limit=limit, offset=offset)
     return BatchList(items=items, total=total)
 
 
-@router.get("/{batch_id}")
+@router.get("/{batch_id}", responses=error_responses(404))
 async def get_batch(batch_id: uuid.UUID, core: State, _: Reader) -> Batch:
     """One batch with progress."""
     return await batches.get(core.engine, batch_id)
 
 
-@router.post("/{batch_id}/cancel")
+@router.post("/{batch_id}/cancel", responses=error_responses(404))
 async def cancel_batch(batch_id: uuid.UUID, core: State, _: Admin) -> Batch:
     """Cancel every queued or running episode of the batch."""
     return await batches.cancel(core.engine, core.pg, core.queue, batch_id)

@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from coda.contracts.master_api import EpisodeList
-from coda.contracts.records import Episode, EpisodeStatus
+from coda.contracts.records import MAX_OFFSET, Episode, EpisodeStatus
+from coda.service import error_responses
 from master import batches
 from master.auth import Reader
 from master.state import State
@@ -20,7 +21,8 @@ router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
 async def list_episodes(
     core: State, _: Reader, batch_id: uuid.UUID | None = None,
     status: EpisodeStatus | None = None, app: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100, offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> EpisodeList:
     """List episodes, most recently changed first."""
     items, total = await batches.list_episodes(core.engine, batch_id=batch_id, status=status,
@@ -28,7 +30,7 @@ async def list_episodes(
     return EpisodeList(items=items, total=total)
 
 
-@router.get("/{episode_id}")
+@router.get("/{episode_id}", responses=error_responses(404))
 async def get_episode(episode_id: uuid.UUID, core: State, _: Reader,
                       steps: bool = True) -> Episode:
     """One episode, with its steps (every attempt) unless ``steps=false``."""

@@ -7,6 +7,7 @@ import uuid
 from fastapi import APIRouter
 
 from coda.contracts.master_api import GroupAck, GroupCreate, GroupLeaseRequest, GroupList
+from coda.service import error_responses
 from master import groups
 from master.auth import Reader, WorkerAuth
 from master.state import State
@@ -27,7 +28,7 @@ async def lease_groups(body: GroupLeaseRequest, core: State, _: WorkerAuth) -> G
                                               ttl_s=body.ttl_s, versions=body.planner_versions))
 
 
-@router.post("/{group_id}/ack", status_code=204)
+@router.post("/{group_id}/ack", status_code=204, responses=error_responses(409))
 async def ack_group(group_id: uuid.UUID, body: GroupAck, core: State, _: WorkerAuth) -> None:
     """Mark a leased group consumed (trained on) or dropped (e.g. stale)."""
     await groups.ack(core.engine, group_id=group_id, token=body.lease_token, status=body.status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from coda.contracts.master_api import (
     StepReport,
 )
 from coda.contracts.records import JobKind
+from coda.service import error_responses
 from master import jobs, workers
 from master.auth import Admin, Reader, WorkerAuth
 from master.state import AppState, State
@@ -56,9 +58,10 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
     return JobCreated(id=job.id, kind=job.kind)
 
 
-@router.post("/lease")
+@router.post("/lease", responses=error_responses(404))
 async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
-    """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready."""
+    """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
+    (a master that is stopping answers at once, with no job)."""
     if not await _registered(core, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
@@ -67,15 +70,17 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
     while True:
         got = await jobs.lease(core.pg, core.queue, worker_id=body.worker_id, kind=body.kind,
                                capacity=body.capacity, ttl_s=s.lease_ttl_s)
-        if got or time.monotonic() >= deadline:
+        if got or time.monotonic() >= deadline or core.stopping.is_set():
             break
-        await asyncio.sleep(min(s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(core.stopping.wait(), timeout=min(
+                s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)
 
 
-@router.post("/{job_id}/heartbeat")
+@router.post("/{job_id}/heartbeat", responses=error_responses(404, 409))
 async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
                         _: WorkerAuth) -> JobHeartbeatResponse:
     """Extend the lease; 409 when the lease is lost (stop working on it)."""
@@ -84,7 +89,7 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
     return JobHeartbeatResponse(lease_expires_at=expires)
 
 
-@router.post("/{job_id}/steps", status_code=204)
+@router.post("/{job_id}/steps", status_code=204, responses=error_responses(404, 409))
 async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
     """Store one step of the episode this job runs (idempotent per index)."""
     await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
@@ -92,7 +97,8 @@ async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: Worke
         core.metrics.steps.inc()
 
 
-@router.post("/{job_id}/complete", status_code=204)
+@router.post("/{job_id}/complete", status_code=204,
+             responses=error_responses(404, 409))
 async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
     """Finish the job with its result; 409 (and no change) when the token is stale, 422 (and
     no change) when an episode result does not fit."""
@@ -102,7 +108,7 @@ async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: Wor
         core.metrics.jobs_finished.labels(kind.value, "succeeded").inc()
 
 
-@router.post("/{job_id}/fail")
+@router.post("/{job_id}/fail", responses=error_responses(404, 409))
 async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth) -> JobState:
     """Give up this attempt: requeued while attempts remain (and ``retry``), else failed."""
     await jobs.fail(core.pg, core.queue, job_id=job_id, token=body.lease_token,
@@ -113,7 +119,7 @@ async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth)
     return state
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", responses=error_responses(404))
 async def get_job(job_id: uuid.UUID, core: State, _: Reader) -> JobState:
     """Queue state of one job."""
     row = await core.pg.fetchrow(

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from coda.contracts.master_api import ModelVersionList
 from coda.contracts.training import ModelRole, ModelVersion, ModelVersionCreate
+from coda.service import error_responses
 from master import versions
 from master.auth import Admin, Reader
 from master.state import State
@@ -13,7 +14,7 @@ from master.state import State
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, responses=error_responses(409))
 async def register_version(body: ModelVersionCreate, core: State, _: Admin) -> ModelVersion:
     """Register a model version (made current for its role unless ``make_current`` is false)."""
     try:
@@ -28,7 +29,7 @@ async def list_versions(core: State, _: Reader, role: ModelRole | None = None) -
     return ModelVersionList(items=await versions.list_versions(core.engine, role))
 
 
-@router.get("/current")
+@router.get("/current", responses=error_responses(404))
 async def current_version(core: State, _: Reader,
                           role: ModelRole = ModelRole.PLANNER) -> ModelVersion:
     """The current version of a role."""

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from coda.contracts.master_api import WorkerHeartbeat, WorkerRegister
 from coda.contracts.records import Worker
+from coda.service import error_responses
 from master import workers
 from master.auth import Reader, WorkerAuth
 from master.state import State
@@ -21,7 +22,7 @@ async def register_worker(body: WorkerRegister, core: State, _: WorkerAuth) -> W
     return await workers.register(core.engine, body)
 
 
-@router.post("/{worker_id}/heartbeat")
+@router.post("/{worker_id}/heartbeat", responses=error_responses(404))
 async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
                            _: WorkerAuth) -> Worker:
     """Mark the worker alive and record how many of its slots are busy."""

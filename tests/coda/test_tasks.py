@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
-from coda.tasks import TaskFormat, TaskLoadError, TaskSpec, load_tasks, parse_task
+from coda.tasks import (
+    TaskDocument,
+    TaskFormat,
+    TaskLoadError,
+    TaskSpec,
+    load_tasks,
+    parse_task,
+)
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scienceboard"
-BUNDLED = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
-SCIENCEBOARD = SHARED if SHARED.exists() else BUNDLED
+SCIENCEBOARD = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
 FILES = sorted(SCIENCEBOARD.rglob("*.json"))
 
 OSWORLD = {
@@ -73,13 +82,105 @@ def test_coda_native_task():
 
 @pytest.mark.parametrize(("doc", "field"), [
     ({"type": "KAlgebra", "sort": "VM", "steps": 5}, "instruction"),
-    ({"type": "KAlgebra", "sort": "VM", "steps": 0, "instruction": "x"}, "step_budget"),
+    ({"type": "KAlgebra", "sort": "VM", "steps": 0, "instruction": "x"}, "steps"),
     ({"id": "x", "instruction": "   ", "app": "a"}, "instruction"),
     ({"config": [], "instruction": "x"}, "id"),
 ])
 def test_bad_task_names_the_field(doc, field):
     with pytest.raises(TaskLoadError, match=field):
         parse_task(doc, path="bad.json")
+
+
+SB_DOC = json.loads((SCIENCEBOARD / "VM" / "KAlgebra" / "A-01.json").read_text())
+SB_BAD = [  # every field of a ScienceBoard document, with values of the wrong type or size
+    ("steps", "abc"), ("steps", None), ("steps", [1]), ("steps", 1.5), ("steps", 2**31),
+    ("steps", {"n": 1}), ("type", 5), ("type", None), ("type", ""), ("type", "x" * 101),
+    ("type", ["KAlgebra"]), ("sort", 5), ("instruction", 5), ("instruction", None),
+    ("instruction", ""), ("instruction", ["a"]), ("version", 1.0), ("snapshot", 5),
+    ("snapshot", {"a": 1}), ("initialize", 5), ("initialize", None), ("initialize", "abc"),
+    ("initialize", [5]), ("initialize", [{}]), ("initialize", [{"func": 5}]),
+    ("initialize", [{"func": "launch", "wait": "soon"}]), ("initialize", [{"func": "x",
+                                                                           "wait": -1}]),
+    ("evaluate", 5), ("evaluate", None), ("evaluate", [5]), ("evaluate", [{"type": None}]),
+    ("evaluate", {"type": "stop"}), ("ans", {"x": 1}), ("ans", [1, 2]), ("penalty", 5),
+    ("id", 5), ("id", ""), ("id", "x" * 201),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), SB_BAD, ids=lambda v: repr(v)[:20])
+def test_scienceboard_wrong_types_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(TaskLoadError, match=rf"field '{field}(\.|')"):
+        parse_task({**SB_DOC, field: value}, path="KAlgebra/A-01.json")
+
+
+OSWORLD_BAD = [  # every field of an OSWorld document, with values of the wrong type or size
+    ("id", 5), ("id", None), ("id", ""), ("id", "x" * 201), ("instruction", 5),
+    ("instruction", None), ("snapshot", 5), ("config", 5), ("config", None), ("config", [5]),
+    ("config", ["launch"]), ("config", [{"parameters": {}}]), ("config", [{"type": 5}]),
+    ("config", [{"type": "launch", "parameters": 5}]),
+    ("config", [{"type": "launch", "parameters": [1]}]),
+    ("config", [{"type": "sleep", "parameters": {"wait": "x"}}]), ("evaluator", 5),
+    ("evaluator", [1]), ("evaluator", "exact_match"), ("related_apps", 5),
+    ("related_apps", "chrome"), ("related_apps", [5]), ("related_apps", [None]),
+    ("related_apps", ["x" * 101]), ("related_apps", [""]),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), OSWORLD_BAD, ids=lambda v: repr(v)[:20])
+def test_osworld_wrong_types_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(TaskLoadError, match=rf"field '{field}(\.|')"):
+        parse_task({**OSWORLD, field: value})
+
+
+CODA_DOC = {"id": "t1", "app": "KAlgebra", "instruction": "plot sin(x)"}
+CODA_BAD = [
+    ("id", 5), ("id", "x" * 201), ("app", None), ("app", "x" * 101), ("instruction", 3),
+    ("step_budget", "many"), ("step_budget", 1001), ("step_budget", 2**63), ("setup", 5),
+    ("setup", [5]), ("evaluators", [{}]), ("reference_answer", []), ("related_apps", 5),
+    ("source", 5), ("source", {"format": "excel"}), ("source", {"raw": 5}), ("bogus", 1),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), CODA_BAD, ids=lambda v: repr(v)[:20])
+def test_coda_wrong_types_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(TaskLoadError, match=rf"field '{field}(\.|')"):
+        parse_task({**CODA_DOC, field: value})
+
+
+@pytest.mark.parametrize("doc", [5, "task", None, [SB_DOC], True])
+def test_a_task_is_an_object(doc: object) -> None:
+    with pytest.raises(TaskLoadError, match="a task must be a JSON object"):
+        parse_task(doc)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                    | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.sampled_from([SB_DOC, OSWORLD, CODA_DOC]),
+       changes=st.dictionaries(st.sampled_from(sorted({*SB_DOC, *OSWORLD, *CODA_DOC,
+                                                       "initialize", "config", "evaluator",
+                                                       "sort", "type", "parameters"})),
+                               JSON, max_size=3))
+def test_any_field_values_give_a_spec_or_a_task_load_error(base: dict[str, object],
+                                                          changes: dict[str, object]) -> None:
+    """What a fuzzer would do: any JSON value in any known field never escapes as another
+    exception."""
+    with contextlib.suppress(TaskLoadError):
+        parse_task({**base, **changes})
+
+
+def test_task_document_schema_is_the_union_of_the_formats() -> None:
+    schema = TypeAdapter(list[TaskDocument]).json_schema()
+    names = {ref["$ref"].rsplit("/", 1)[1] for ref in schema["items"]["anyOf"]}
+    assert names == {"TaskSpec", "ScienceBoardTask", "OSWorldTask"}
+    defs = schema["$defs"]
+    assert "sort" in defs["ScienceBoardTask"]["required"]
+    assert "config" in defs["OSWorldTask"]["required"]
+    assert TypeAdapter(list[TaskDocument]).validate_python([SB_DOC]) == [SB_DOC]
 
 
 def test_load_tasks_jsonl_and_errors(tmp_path: Path):
@@ -92,3 +193,12 @@ def test_load_tasks_jsonl_and_errors(tmp_path: Path):
         load_tasks(tmp_path / "bad.jsonl")
     with pytest.raises(TaskLoadError, match="no such file"):
         load_tasks(tmp_path / "missing.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TaskLoadError, match=r"deep\.json: not valid JSON"):
+        load_tasks(tmp_path / "deep.json")
+    (tmp_path / "huge.json").write_text('{"steps": ' + "9" * 5000 + "}")
+    with pytest.raises(TaskLoadError, match=r"huge\.json: not valid JSON"):
+        load_tasks(tmp_path / "huge.json")
+    (tmp_path / "latin1.json").write_bytes(b'{"instruction": "caf\xe9"}')
+    with pytest.raises(TaskLoadError, match="not UTF-8"):
+        load_tasks(tmp_path / "latin1.json")

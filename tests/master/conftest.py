@@ -15,7 +15,7 @@ from coda.contracts.master_api import BatchCreate, WorkerRegister
 from coda.contracts.records import Worker
 from coda.tasks import load_tasks
 
-SCIENCEBOARD = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scienceboard"
+SCIENCEBOARD = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
 
 
 def task_docs(n: int, app: str = "KAlgebra") -> list[dict[str, Any]]:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
+import time
 
+import httpx
+import psutil
 import pytest
 import redis.asyncio as aioredis
 
@@ -202,3 +207,35 @@ async def test_invalid_episode_result_is_refused_without_change(admin, wclient, 
     assert ("body", "result", "success") in fields and ("body", "result", "score") in fields
     assert (await wclient.get_job(job.id)).status == "leased"  # nothing changed
     await wclient.complete(job, {"success": True})  # the lease still holds
+
+
+def _connections(pid: int) -> int:
+    return sum(1 for c in psutil.Process(pid).net_connections("tcp")
+               if c.status == psutil.CONN_ESTABLISHED)
+
+
+def test_sigterm_ends_open_long_polls_at_once(master, worker):
+    """A lease long-polling for 60 s returns (no job) as soon as the master is told to stop,
+    and the master exits: shutdown does not wait for wait_s."""
+    assert master.proc is not None
+    pid = master.proc.pid
+    before = _connections(pid)
+    answer: dict[str, object] = {}
+
+    def poll() -> None:
+        r = httpx.post(f"{master.url}/v1/jobs/lease", timeout=120,
+                       headers={"Authorization": f"Bearer {master.worker_token}"},
+                       json={"worker_id": str(worker.id), "wait_s": 60})
+        answer.update(status=r.status_code, body=r.json())
+
+    t = threading.Thread(target=poll)
+    t.start()
+    deadline = time.monotonic() + 30
+    while _connections(pid) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the poll's connection is open on the master
+    time.sleep(0.3)  # and its request read
+    master.proc.send_signal(signal.SIGTERM)
+    master.proc.wait(30)  # an upper bound only: without the shutdown event it takes 60 s
+    master.proc = None
+    t.join(30)
+    assert answer == {"status": 200, "body": {"jobs": []}}

@@ -1,0 +1,231 @@
+"""Desktop environment figures on the local provider (real Xvfb, window manager, guest agent).
+
+* ``reset_ready_s``: median of ``--resets`` resets of a slot that an "episode" left with an
+  xterm open and a file written (reset = close the slot's applications, restore the home
+  template, probe ready: agent answers, display up, screenshot not blank; the first observation
+  is included);
+* ``screenshot_ms_*``: a screenshot through the agent over HTTP as the worker takes it
+  (``GET /screenshot``), median of ``--shots``, at 1280x800 (PNG, WebP) and 1920x1080 (PNG),
+  with TeXstudio open on a bundled ScienceBoard document (what an episode looks at);
+* ``osworld_screenshot_ms_1280x800_png``: the same screenshot on the same display taken the way
+  OSWorld's server (``desktop_env/server/main.py``, shipped by ScienceBoard) does it: PIL's
+  ``ImageGrab.grab()`` over a new XCB connection (what pyautogui/pyscreeze call on their GNOME
+  image), the cursor read through XFixes on a new Xlib display (their ``pyxcursor``), pasted at
+  ``pyautogui.position()``, saved as PNG with Pillow's defaults to one file, read back as Flask's
+  ``send_file`` does. Measured in this process, without HTTP: a lower bound for their route;
+* ``screenshot_speedup_vs_osworld``: that figure over ours (ours includes HTTP, theirs does
+  not, and each runs as deployed: the agent tunes its allocator, their server does not);
+* ``action_roundtrip_ms``: a click sent to the agent (``POST /coda/act``) until it answers;
+  ``osworld_action_roundtrip_ms``: the same click the way OSWorld's client sends it
+  (``/execute`` of ``python -c "import pyautogui; ..."``).
+
+Ours and theirs alternate, so load from other processes hits both alike.
+
+    python benchmarks/env.py --out benchmarks/results/env.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import io
+import json
+import os
+import platform
+import statistics
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageGrab
+
+from coda.actions import Click
+from coda.logging import configure_logging, get_logger
+from worker.providers.client import OSWORLD_PREFIX
+from worker.providers.local import LocalDesktop, LocalProvider, LocalSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "env.json"
+log = get_logger("benchmarks.env")
+
+
+class _XFixesCursorImage(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_short), ("y", ctypes.c_short), ("width", ctypes.c_ushort),
+                ("height", ctypes.c_ushort), ("xhot", ctypes.c_ushort),
+                ("yhot", ctypes.c_ushort), ("cursor_serial", ctypes.c_ulong),
+                ("pixels", ctypes.POINTER(ctypes.c_ulong)), ("atom", ctypes.c_ulong),
+                ("name", ctypes.c_char_p)]
+
+
+class OSWorldScreenshot:
+    """OSWorld's ``/screenshot`` method (see the module docstring), reproduced for timing."""
+
+    def __init__(self, display: str, workdir: Path) -> None:
+        self.display = display.encode()
+        self.file = workdir / "screenshot.png"
+        self.xlib = ctypes.cdll.LoadLibrary(ctypes.util.find_library("X11") or "libX11.so.6")
+        self.xfixes = ctypes.cdll.LoadLibrary(ctypes.util.find_library("Xfixes")
+                                              or "libXfixes.so.3")
+        self.xlib.XOpenDisplay.restype = ctypes.c_void_p
+        self.xlib.XOpenDisplay.argtypes = [ctypes.c_char_p]
+        self.xlib.XCloseDisplay.argtypes = [ctypes.c_void_p]
+        self.xlib.XFree.argtypes = [ctypes.c_void_p]
+        self.xfixes.XFixesGetCursorImage.restype = ctypes.POINTER(_XFixesCursorImage)
+        self.xfixes.XFixesGetCursorImage.argtypes = [ctypes.c_void_p]
+        import pyautogui  # DISPLAY is set by now; their server imports it once
+
+        self.pyautogui = pyautogui
+
+    def cursor(self) -> Image.Image:
+        d = self.xlib.XOpenDisplay(self.display)  # a new display per call, as pyxcursor does
+        try:
+            img = self.xfixes.XFixesGetCursorImage(d).contents
+            n = img.width * img.height
+            argb = struct.pack(f"<{n}I", *(img.pixels[i] & 0xFFFFFFFF for i in range(n)))
+            cursor = Image.frombuffer("RGBA", (img.width, img.height), argb, "raw", "BGRA", 0, 1)
+            self.xlib.XFree(ctypes.addressof(img))
+        finally:
+            self.xlib.XCloseDisplay(d)  # theirs leaks it; closing costs us, not them
+        return cursor
+
+    def __call__(self) -> bytes:
+        cursor = self.cursor()
+        screenshot = ImageGrab.grab()  # pyscreeze on their image: Pillow over XCB
+        x, y = self.pyautogui.position()
+        screenshot.paste(cursor, (x, y), cursor)
+        screenshot.save(self.file)
+        return self.file.read_bytes()  # send_file
+
+
+def _ms(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2)
+
+
+def _open_document(desktop: LocalDesktop) -> None:
+    """TeXstudio on the first bundled TeXstudio task's document, so screenshots show an app."""
+    guest = desktop.guest
+    assert guest is not None
+    task = json.loads((ROOT / "examples/scienceboard/VM/TeXstudio/A-01.json").read_text())
+    text = next(s["text"] for s in task["initialize"] if s["func"] == "touch")
+    path = f"{desktop.home}/atelier/main.tex"
+    guest.upload(path, text.encode())
+    guest.launch(["texstudio", path])
+    deadline = time.monotonic() + 60
+    while not any("main.tex" in w["title"] for w in guest.windows() or []):
+        if time.monotonic() > deadline:
+            raise RuntimeError("TeXstudio did not open the document")
+        time.sleep(0.05)
+
+
+def _episode(desktop: LocalDesktop) -> None:
+    """What an episode leaves behind: an application window and a file in the home."""
+    guest = desktop.guest
+    assert guest is not None
+    guest.execute("echo result > ~/atelier/out.txt", shell=True)
+    guest.launch(["xterm"])
+    deadline = time.monotonic() + 30
+    while not guest.windows():
+        if time.monotonic() > deadline:
+            raise RuntimeError("xterm did not open")
+        time.sleep(0.02)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with LocalProvider(LocalSettings(screen=(1280, 800))) as small, \
+            LocalProvider(LocalSettings(screen=(1920, 1080))) as big:
+        d = small.desktop(0)
+        assert isinstance(d, LocalDesktop)
+        start = time.perf_counter()
+        d.reset()
+        out["first_start_s"] = round(time.perf_counter() - start, 3)
+        resets = []
+        for _ in range(args.resets):
+            _episode(d)
+            start = time.perf_counter()
+            d.reset()
+            resets.append(time.perf_counter() - start)
+        out["reset_ready_s"] = round(statistics.median(resets), 3)
+        out["reset_ready_s_all"] = [round(r, 3) for r in resets]
+        assert d.guest is not None and d.display is not None
+        guest = d.guest
+        _open_document(d)
+        os.environ["DISPLAY"] = d.display
+        os.environ["XAUTHORITY"] = str(d.dir / "Xauthority")
+        with tempfile.TemporaryDirectory() as tmp:
+            theirs = OSWorldScreenshot(d.display, Path(tmp))
+            series: dict[str, list[float]] = {k: [] for k in (
+                "http_png", "http_webp", "osworld_png", "act", "osworld_act")}
+            for fn in (theirs, lambda: guest.screenshot()):
+                fn()  # warm-up
+            for _ in range(args.shots):
+                series["osworld_png"].append(_ms(theirs))
+                series["http_png"].append(_ms(lambda: guest.screenshot()))
+                series["http_webp"].append(_ms(lambda: guest.screenshot(fmt="webp")))
+            for i in range(args.actions):
+                click = Click(x=600 + i % 50, y=400)
+                series["act"].append(_ms(lambda c=click: d.act(c)))  # type: ignore[misc]
+                code = OSWORLD_PREFIX + f"pyautogui.click({click.x}, {click.y})"
+                series["osworld_act"].append(_ms(
+                    lambda c=code: guest.execute(["python", "-c", c])))  # type: ignore[misc]
+            theirs_png = Image.open(io.BytesIO(theirs()))
+            assert theirs_png.size == (1280, 800)
+        b = big.desktop(0)
+        b.reset()
+        assert isinstance(b, LocalDesktop) and b.guest is not None
+        _open_document(b)
+        bguest = b.guest
+        bguest.screenshot()
+        big_png = [_ms(lambda: bguest.screenshot()) for _ in range(args.shots)]
+    ours = _median(series["http_png"])
+    osworld = _median(series["osworld_png"])
+    out.update({
+        "screenshot_ms_1280x800_png": ours,
+        "screenshot_ms_1920x1080_png": _median(big_png),
+        "screenshot_ms_1280x800_webp": _median(series["http_webp"]),
+        "osworld_screenshot_ms_1280x800_png": osworld,
+        "screenshot_speedup_vs_osworld": round(osworld / ours, 2),
+        "action_roundtrip_ms": _median(series["act"]),
+        "osworld_action_roundtrip_ms": _median(series["osworld_act"]),
+    })
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--resets", type=int, default=10)
+    p.add_argument("--shots", type=int, default=30)
+    p.add_argument("--actions", type=int, default=20)
+    args = p.parse_args(argv)
+    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    result = measure(args)
+    result.update({
+        "config": {"resets": args.resets, "shots": args.shots, "actions": args.actions},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "loadavg_before": [round(x, 2) for x in load_before],
+                    "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "seconds": round(time.perf_counter() - started, 1),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    })
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    log.info("done", out=str(args.out), **{k: v for k, v in result.items()
+                                            if isinstance(v, int | float)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Desktop contracts shared by the worker and the guest agent.
+
+A provider hands out desktops; each observation, health report, setup report and checker outcome
+the worker records is one of these models. A broken desktop is reported with a typed
+:class:`BrokenReason`; a setup step or checker the project does not know is a typed
+``unsupported`` outcome naming the type, never a crash and never a silent pass.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ImageFormat = Literal["png", "webp", "jpeg"]
+MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GuestKind(StrEnum):
+    """Which server answers on a desktop: the project's agent or OSWorld's (ScienceBoard's)."""
+
+    CODA = "coda"
+    OSWORLD = "osworld"
+
+
+class BrokenReason(StrEnum):
+    """Why a desktop cannot be used; the provider replaces it."""
+
+    AGENT_GONE = "agent_gone"  # connection refused: the guest server is not running
+    NOT_ANSWERING = "not_answering"  # the guest server (or the VM) does not answer in time
+    X_CRASHED = "x_crashed"  # the display server is gone or refuses connections
+    BLANK_SCREEN = "blank_screen"  # screenshots stay one flat colour (not booted, no X session)
+    VM_OFF = "vm_off"  # the hypervisor reports the machine not running
+    NO_GUEST_IP = "no_guest_ip"  # VMware Tools never reported an address
+    START_FAILED = "start_failed"  # a process, VM or container could not be started
+
+
+class DesktopBroken(RuntimeError):
+    """Raised by providers and guest clients when a desktop cannot serve a request."""
+
+    def __init__(self, reason: BrokenReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Health(_Model):
+    ok: bool
+    reason: BrokenReason | None = None
+    detail: str = ""
+
+
+class Observation(_Model):
+    """One screenshot of a desktop, as the planner and executor will see it (the image is
+    base64 in JSON)."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+
+    image: bytes = Field(repr=False, description="encoded image")
+    format: ImageFormat = "png"
+    width: int = Field(ge=1, description="image width in pixels (after scaling)")
+    height: int = Field(ge=1)
+    screen_width: int = Field(ge=1, description="the desktop's own size; actions use it")
+    screen_height: int = Field(ge=1)
+    elapsed_ms: float = Field(default=0.0, ge=0, description="time the screenshot took")
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.format]
+
+
+class ActResult(_Model):
+    """What happened to one action sent to a desktop."""
+
+    ok: bool
+    elapsed_ms: float = Field(ge=0)
+    error: str | None = None
+
+
+class StepStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"  # the step ran and did not succeed
+    UNSUPPORTED = "unsupported"  # a step type the project does not know
+    UNAVAILABLE = "unavailable"  # known, but this desktop lacks what it needs (e.g. an app API)
+
+
+class SetupStepResult(_Model):
+    index: int = Field(ge=0)
+    func: str
+    status: StepStatus
+    detail: str = ""
+    elapsed_ms: float = 0.0
+
+
+class SetupReport(_Model):
+    steps: list[SetupStepResult] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status is StepStatus.OK for s in self.steps)
+
+    @property
+    def first_problem(self) -> SetupStepResult | None:
+        return next((s for s in self.steps if s.status is not StepStatus.OK), None)
+
+
+class CheckStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNSUPPORTED = "unsupported"  # a checker type the project does not know
+    UNAVAILABLE = "unavailable"  # known, but this desktop lacks what it needs
+    ERROR = "error"  # the checker could not run (guest error, bad task field)
+
+
+class CheckResult(_Model):
+    type: str
+    status: CheckStatus
+    detail: str = ""
+
+
+class Verdict(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    UNDECIDED = "undecided"  # a checker could not decide (unsupported, unavailable, error)
+    NO_CHECKER = "no_checker"  # the task has no checker: left to the judge
+
+
+class CheckOutcome(_Model):
+    """The task's own checkers on the final state, combined as the task format says."""
+
+    verdict: Verdict
+    results: list[CheckResult] = Field(default_factory=list)
+
+    @property
+    def success(self) -> bool | None:
+        """True / False when the checkers decided, None when the judge must."""
+        if self.verdict is Verdict.SUCCESS:
+            return True
+        if self.verdict is Verdict.FAILURE:
+            return False
+        return None
+
+
+class EpisodeEnd(_Model):
+    """How the agent ended the episode (ScienceBoard's stop types) and its answer, if any."""
+
+    kind: Literal["DONE", "FAIL", "ANS", "TIMEOUT"]
+    answer: str | None = None

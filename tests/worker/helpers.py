@@ -1,0 +1,56 @@
+"""Probes for the desktop tests: wait for a condition instead of sleeping a fixed time."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from PIL import Image
+
+from worker.providers.client import GuestClient
+
+T = TypeVar("T")
+
+
+def wait_until(probe: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def window(guest: GuestClient | None, needle: str) -> dict[str, Any] | None:
+    """The first window whose title or class contains ``needle`` (case-insensitive)."""
+    n = needle.lower()
+    for w in (guest.windows() if guest is not None else None) or []:
+        if n in w["title"].lower() or any(n in c.lower() for c in w["wm_class"]):
+            return w
+    return None
+
+
+def read_json(guest: GuestClient, path: str) -> Any:
+    data = guest.read_file(path)
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:  # half written
+        return None
+
+
+def pixel(png: bytes, x: int, y: int) -> tuple[int, int, int]:
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    r, g, b = img.getpixel((x, y))  # type: ignore[misc]
+    return int(r), int(g), int(b)
+
+
+def region(png: bytes, box: tuple[int, int, int, int]) -> bytes:
+    return Image.open(io.BytesIO(png)).convert("RGB").crop(box).tobytes()

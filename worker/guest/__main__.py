@@ -1,0 +1,5 @@
+"""``python -m worker.guest serve ...`` (what the local provider runs)."""
+
+from worker.guest.cli import app
+
+app()

@@ -1,0 +1,73 @@
+"""What this agent adds to OSWorld's protocol: readiness, typed actions, the window list and
+closing everything it started (a soft reset)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from coda.actions import Action, Wait, to_pyautogui
+from coda.contracts.desktop import ActResult
+from worker import __version__
+from worker.guest import commands
+from worker.guest.runner import ActionFailed, ActionTimeout
+from worker.guest.state import StateDep
+from worker.guest.xsession import WindowInfo
+
+AGENT_NAME = "coda-guest"
+health_router = APIRouter(tags=["coda"])
+router = APIRouter(prefix="/coda", tags=["coda"])
+
+
+class ActBody(BaseModel):
+    action: Action
+
+
+class CloseAppsReply(BaseModel):
+    killed: int
+    windows: list[WindowInfo]
+
+
+@health_router.get("/health")
+def health(state: StateDep) -> Any:
+    """Readiness (no token needed): the agent answers and its X display is up."""
+    try:
+        w, h = state.x.screen_size()
+    except Exception as exc:
+        return JSONResponse({"status": "x_unavailable", "agent": AGENT_NAME,
+                             "detail": str(exc)}, status_code=503)
+    return {"status": "ok", "agent": AGENT_NAME, "version": __version__, "width": w, "height": h}
+
+
+@router.post("/act")
+def act(body: ActBody, state: StateDep) -> ActResult:
+    """Perform one typed action (``coda.actions``) with a bound on its time."""
+    start = time.perf_counter()
+    action = body.action
+    limit = state.settings.action_timeout_s
+    if isinstance(action, Wait):
+        limit = max(limit, action.seconds + 5)
+    try:
+        state.runner.run(to_pyautogui(action), timeout=limit)
+        error = None
+    except (ActionFailed, ActionTimeout) as exc:
+        error = str(exc)
+    return ActResult(ok=error is None, elapsed_ms=(time.perf_counter() - start) * 1000,
+                     error=error)
+
+
+@router.get("/windows")
+def windows(state: StateDep) -> list[WindowInfo]:
+    """Top-level windows the window manager lists."""
+    return state.x.windows()
+
+
+@router.post("/close_apps")
+def close_apps(state: StateDep) -> CloseAppsReply:
+    """Kill every process this agent started (and what they spawned); list what is left."""
+    killed = commands.kill_marked(state.env[commands.MARK])
+    return CloseAppsReply(killed=killed, windows=state.x.windows())

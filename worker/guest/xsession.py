@@ -1,0 +1,106 @@
+"""The agent's own X connection: screen size, cursor position and the window list (EWMH)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from Xlib import X, display, error
+
+
+class WindowInfo(BaseModel):
+    id: int
+    title: str
+    wm_class: list[str]
+    pid: int | None
+    x: int
+    y: int
+    width: int
+    height: int
+
+
+def ensure_xauthority() -> None:
+    """python-xlib refuses to connect when no authority file exists; an empty one means "no
+    cookie", which is what an Xvfb without access control expects."""
+    if os.environ.get("XAUTHORITY") or (Path.home() / ".Xauthority").exists():
+        return
+    path = Path(tempfile.gettempdir()) / f"coda-empty-xauthority-{os.getuid()}"
+    path.touch(exist_ok=True)
+    os.environ["XAUTHORITY"] = str(path)
+
+
+class XSession:
+    """A lazily opened python-xlib connection guarded by a lock; reconnects after an error."""
+
+    def __init__(self, name: str | None) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._d: Any = None
+
+    def _display(self) -> Any:
+        if self._d is None:
+            ensure_xauthority()
+            self._d = display.Display(self.name)
+        return self._d
+
+    def _call(self, fn: Any) -> Any:
+        with self._lock:
+            try:
+                return fn(self._display())
+            except (error.DisplayError, error.ConnectionClosedError, OSError):
+                self._d = None
+                raise
+
+    def alive(self) -> bool:
+        try:
+            self._call(lambda d: d.screen().root.get_geometry())
+            return True
+        except Exception:
+            return False
+
+    def screen_size(self) -> tuple[int, int]:
+        return self._call(lambda d: (d.screen().width_in_pixels, d.screen().height_in_pixels))
+
+    def cursor_position(self) -> tuple[int, int]:
+        def q(d: Any) -> tuple[int, int]:
+            p = d.screen().root.query_pointer()
+            return int(p.root_x), int(p.root_y)
+        return self._call(q)
+
+    def windows(self) -> list[WindowInfo]:
+        """Top-level client windows the window manager lists (``_NET_CLIENT_LIST``)."""
+        return self._call(_client_windows)
+
+
+def _client_windows(d: Any) -> list[WindowInfo]:
+    root = d.screen().root
+    prop = root.get_full_property(d.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
+    out = []
+    for wid in (prop.value if prop is not None else []):
+        w = d.create_resource_object("window", wid)
+        try:
+            out.append(_window_info(d, w))
+        except error.XError:  # a window that closed while we looked
+            continue
+    return out
+
+
+def _window_info(d: Any, w: Any) -> WindowInfo:
+    net_name = w.get_full_property(d.intern_atom("_NET_WM_NAME"), d.intern_atom("UTF8_STRING"))
+    if net_name is not None:
+        raw = net_name.value
+        title = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    else:
+        name = w.get_wm_name()
+        title = name.decode("latin-1") if isinstance(name, bytes) else (name or "")
+    pid_prop = w.get_full_property(d.intern_atom("_NET_WM_PID"), X.AnyPropertyType)
+    geo = w.get_geometry()
+    pos = w.translate_coords(d.screen().root, 0, 0)
+    return WindowInfo(
+        id=int(w.id), title=title, wm_class=list(w.get_wm_class() or []),
+        pid=int(pid_prop.value[0]) if pid_prop is not None and len(pid_prop.value) else None,
+        x=-int(pos.x), y=-int(pos.y), width=int(geo.width), height=int(geo.height))

@@ -1,0 +1,195 @@
+"""The provider contract (in the spirit of Gymnasium's ``Env``): a provider hands out one
+:class:`Desktop` per slot; a desktop is ``reset`` to a clean state, ``observe``d, ``act``ed on and
+``close``d. Each provider implements four hooks (start, revert, stop, health of its machine);
+readiness probing, broken-desktop replacement and the guest calls are shared here.
+
+A broken desktop (agent gone, VM not answering, X crashed) is detected by :meth:`Desktop.health`
+or by any call raising :class:`DesktopBroken`; :meth:`Desktop.reset` then replaces it (a full
+stop and start) before handing it out again.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Generic, Self, TypeVar
+
+from coda.actions import Action
+from coda.contracts.desktop import (
+    ActResult,
+    BrokenReason,
+    DesktopBroken,
+    Health,
+    ImageFormat,
+    Observation,
+)
+from coda.logging import get_logger
+from worker.providers.client import GuestClient
+
+log = get_logger("worker.providers")
+
+GUEST_HOME = "/home/user"  # the user home of OSWorld's and ScienceBoard's images
+
+
+@dataclass
+class GuestLayout:
+    """How task files address this desktop: path and command rewrites (a local slot's home is
+    not ``/home/user``), the port ScienceBoard's patched applications serve their state on
+    inside the desktop (``«PORTLIKE»``, 8000 on their images) and the URL the worker reaches
+    that port at (through a VM's address or a container's port mapping)."""
+
+    portlike: int = 8000
+    app_url: str = "http://127.0.0.1:8000"
+    rewrites: list[tuple[str, str]] = field(default_factory=list)
+
+    def rewrite(self, value: str) -> str:
+        for old, new in self.rewrites:
+            value = value.replace(old, new)
+        return value.replace("«PORTLIKE»", str(self.portlike))
+
+
+class Desktop(abc.ABC):
+    """One desktop slot. Subclasses implement ``_start``, ``_revert``, ``_stop`` and may
+    refine ``_machine_health``."""
+
+    provider_name = "desktop"
+
+    def __init__(self, slot: int, *, ready_timeout_s: float = 120.0) -> None:
+        self.slot = slot
+        self.ready_timeout_s = ready_timeout_s
+        self.guest: GuestClient | None = None
+        self.layout = GuestLayout()
+        self.replacements = 0
+        self.last_broken: Health | None = None
+
+    # hooks ---------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _start(self) -> GuestClient:
+        """Bring the machine (display, VM, container) up from nothing; return its guest."""
+
+    @abc.abstractmethod
+    def _revert(self) -> GuestClient | None:
+        """Return a running machine to its clean state (snapshot, template home, new container);
+        return a new guest client when its address changed. Raises :class:`DesktopBroken` when
+        that is impossible."""
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """Stop everything this desktop started; safe to call twice."""
+
+    def _machine_health(self) -> Health:
+        """The hypervisor's / container's view; default: nothing to add."""
+        return Health(ok=True)
+
+    def _down(self) -> Health | None:
+        """Checked between readiness probes: a cheap sign that the machine is gone (so
+        waiting is pointless), or None. Default: none."""
+        return None
+
+    # contract ------------------------------------------------------------------------------
+
+    def reset(self, *, options: dict[str, Any] | None = None) -> Observation:
+        """Clean state, probed ready; a broken desktop is replaced first. Returns the first
+        observation."""
+        started = time.monotonic()
+        if self.guest is None:
+            self.guest = self._start()
+        else:
+            h = self.health()
+            if not h.ok:
+                self._replace(h)
+            else:
+                try:
+                    moved = self._revert()
+                    if moved is not None:
+                        self.guest.close()
+                        self.guest = moved
+                except DesktopBroken as exc:
+                    self._replace(Health(ok=False, reason=exc.reason, detail=exc.detail))
+        self._wait_ready()
+        log.info("desktop.reset", provider=self.provider_name, slot=self.slot,
+                 seconds=round(time.monotonic() - started, 3))
+        return self.observe(**(options or {}).get("observe", {}))
+
+    def observe(self, *, fmt: ImageFormat = "png", width: int | None = None,
+                height: int | None = None) -> Observation:
+        return self._guest().observe(fmt=fmt, width=width, height=height)
+
+    def act(self, action: Action) -> ActResult:
+        return self._guest().act(action)
+
+    def health(self) -> Health:
+        """Machine first, then the guest (agent answers, display up, screen not blank)."""
+        h = self._machine_health()
+        if h.ok:
+            h = self._guest().health() if self.guest is not None else Health(
+                ok=False, reason=BrokenReason.START_FAILED, detail="never started")
+        if not h.ok:
+            self.last_broken = h
+            log.warning("desktop.broken", provider=self.provider_name, slot=self.slot,
+                        reason=h.reason, detail=h.detail)
+        return h
+
+    def close(self) -> None:
+        if self.guest is not None:
+            self.guest.close()
+            self.guest = None
+        self._stop()
+
+    # shared --------------------------------------------------------------------------------
+
+    def _guest(self) -> GuestClient:
+        if self.guest is None:
+            raise DesktopBroken(BrokenReason.START_FAILED, "reset() the desktop first")
+        return self.guest
+
+    def _replace(self, why: Health) -> None:
+        log.warning("desktop.replace", provider=self.provider_name, slot=self.slot,
+                    reason=why.reason, detail=why.detail)
+        self.last_broken = why
+        self.replacements += 1
+        if self.guest is not None:
+            self.guest.close()
+            self.guest = None
+        self._stop()
+        self.guest = self._start()
+
+    def _wait_ready(self) -> None:
+        h = self._guest().wait_ready(timeout=self.ready_timeout_s, gone=self._down)
+        if not h.ok:
+            assert h.reason is not None
+            raise DesktopBroken(h.reason, f"not ready after {self.ready_timeout_s:g} s: {h.detail}")
+
+
+D = TypeVar("D", bound=Desktop)
+
+
+class Provider(abc.ABC, Generic[D]):
+    """Creates the desktops of a fleet of slots and hands them out."""
+
+    name = "provider"
+
+    def __init__(self) -> None:
+        self._desktops: dict[int, D] = {}
+
+    @abc.abstractmethod
+    def _make(self, slot: int) -> D:
+        """A desktop for ``slot`` (not started: the first ``reset`` starts it)."""
+
+    def desktop(self, slot: int) -> D:
+        if slot not in self._desktops:
+            self._desktops[slot] = self._make(slot)
+        return self._desktops[slot]
+
+    def close(self) -> None:
+        for d in self._desktops.values():
+            d.close()
+        self._desktops.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

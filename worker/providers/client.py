@@ -1,0 +1,225 @@
+"""A client for a desktop's guest server: the project's agent, or OSWorld's / ScienceBoard's
+server on their images (port 5000, no token), driven unmodified.
+
+The kind is detected once (``/health`` answers only on the project's agent). Against OSWorld's
+server, screenshots are serialised (two at once corrupt each other there) and actions go through
+``/execute`` as ``python -c "import pyautogui; ..."`` exactly as their client sends them.
+Transport failures become :class:`DesktopBroken` with a typed reason.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from coda.actions import Action, Answer, Done, Fail, to_pyautogui
+from coda.contracts.desktop import (
+    ActResult,
+    BrokenReason,
+    DesktopBroken,
+    GuestKind,
+    Health,
+    ImageFormat,
+    Observation,
+)
+from worker.guest.capture import encode, is_blank, scale
+
+OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+
+
+class GuestError(RuntimeError):
+    """The guest answered, but with an error for this request."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class GuestClient:
+    """Synchronous client for one desktop (``base_url`` like ``http://10.0.0.5:5000``)."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0,
+                 kind: GuestKind | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._kind = kind
+        self._shot_lock = threading.Lock()
+
+    # transport ---------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, timeout: float | None = None,
+                **kwargs: Any) -> httpx.Response:
+        """One HTTP call; transport failures become :class:`DesktopBroken`."""
+        try:
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            return self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise DesktopBroken(BrokenReason.AGENT_GONE,
+                                f"{self.base_url}{path}: connection refused ({exc})") from exc
+        except httpx.TimeoutException as exc:
+            raise DesktopBroken(BrokenReason.NOT_ANSWERING,
+                                f"{self.base_url}{path}: no answer in time") from exc
+        except httpx.TransportError as exc:
+            raise DesktopBroken(BrokenReason.AGENT_GONE, f"{self.base_url}{path}: {exc}") from exc
+
+    def _ok(self, resp: httpx.Response) -> httpx.Response:
+        if resp.status_code == 503 and "x_unavailable" in resp.text:
+            raise DesktopBroken(BrokenReason.X_CRASHED, resp.text[:300])
+        if resp.status_code >= 400:
+            raise GuestError(resp.status_code, resp.text[:500])
+        return resp
+
+    def close(self) -> None:
+        self._http.close()
+
+    # discovery and health ----------------------------------------------------------------
+
+    @property
+    def kind(self) -> GuestKind:
+        if self._kind is None:
+            resp = self.request("GET", "/health", timeout=5)
+            is_coda = resp.status_code in (200, 503) and "coda-guest" in resp.text
+            self._kind = GuestKind.CODA if is_coda else GuestKind.OSWORLD
+        return self._kind
+
+    def health(self, *, timeout: float = 5.0) -> Health:
+        """Agent up, display up, screen not one flat colour."""
+        try:
+            if self.kind is GuestKind.CODA:
+                resp = self.request("GET", "/health", timeout=timeout)
+                if resp.status_code != 200:
+                    return Health(ok=False, reason=BrokenReason.X_CRASHED, detail=resp.text[:300])
+            img = Image.open(io.BytesIO(self.screenshot(timeout=timeout)))
+        except DesktopBroken as exc:
+            return Health(ok=False, reason=exc.reason, detail=exc.detail)
+        except GuestError as exc:
+            return Health(ok=False, reason=BrokenReason.X_CRASHED, detail=str(exc))
+        if is_blank(img.convert("RGB")):
+            return Health(ok=False, reason=BrokenReason.BLANK_SCREEN,
+                          detail="the screen is one flat colour")
+        return Health(ok=True)
+
+    def wait_ready(self, *, timeout: float, interval: float = 0.1,
+                   gone: Callable[[], Health | None] | None = None) -> Health:
+        """Probe :meth:`health` until it passes or ``timeout`` seconds have gone; ``gone``
+        may report that waiting longer is pointless (the machine itself is down)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            h = self.health(timeout=max(0.5, min(5.0, left)))
+            if h.ok or left <= 0:
+                return h
+            down = gone() if gone is not None else None
+            if down is not None:
+                return down
+            time.sleep(min(interval, max(left, 0)))
+
+    # observation and actions -------------------------------------------------------------
+
+    def screenshot(self, *, fmt: ImageFormat = "png", width: int | None = None,
+                   height: int | None = None, timeout: float | None = None) -> bytes:
+        if self.kind is GuestKind.CODA:
+            params = {k: v for k, v in {"format": fmt, "width": width,
+                                        "height": height}.items() if v is not None}
+            return self._ok(self.request("GET", "/screenshot", params=params,
+                                         timeout=timeout)).content
+        with self._shot_lock:  # OSWorld's server corrupts concurrent screenshots
+            png = self._ok(self.request("GET", "/screenshot", timeout=timeout)).content
+        if fmt == "png" and not width and not height:
+            return png
+        img = Image.open(io.BytesIO(png)).convert("RGB")
+        return encode(scale(img, width, height), fmt)
+
+    def observe(self, *, fmt: ImageFormat = "png", width: int | None = None,
+                height: int | None = None) -> Observation:
+        start = time.perf_counter()
+        data = self.screenshot(fmt=fmt, width=width, height=height)
+        img = Image.open(io.BytesIO(data))
+        sw, sh = self.screen_size() if (width or height) else img.size
+        return Observation(image=data, format=fmt, width=img.width, height=img.height,
+                           screen_width=sw, screen_height=sh,
+                           elapsed_ms=(time.perf_counter() - start) * 1000)
+
+    def act(self, action: Action) -> ActResult:
+        start = time.perf_counter()
+        if isinstance(action, Done | Fail | Answer):
+            return ActResult(ok=True, elapsed_ms=0.0)
+        if self.kind is GuestKind.CODA:
+            resp = self._ok(self.request("POST", "/coda/act",
+                                         json={"action": action.model_dump(mode="json")},
+                                         timeout=max(90.0, getattr(action, "seconds", 0) + 30)))
+            return ActResult.model_validate(resp.json())
+        out = self.execute(["python", "-c", OSWORLD_PREFIX + to_pyautogui(action)], timeout=90)
+        ok = out.get("returncode") == 0
+        return ActResult(ok=ok, elapsed_ms=(time.perf_counter() - start) * 1000,
+                         error=None if ok else str(out.get("error", ""))[-500:])
+
+    # OSWorld routes ----------------------------------------------------------------------
+
+    def execute(self, command: str | list[str], *, shell: bool = False,
+                timeout: float = 130.0) -> dict[str, Any]:
+        """``/execute``: ``{status, output, error, returncode}``."""
+        resp = self._ok(self.request("POST", "/setup/execute",
+                                     json={"command": command, "shell": shell}, timeout=timeout))
+        return dict(resp.json())
+
+    def launch(self, command: str | list[str], *, shell: bool = False) -> str:
+        resp = self._ok(self.request("POST", "/setup/launch",
+                                     json={"command": command, "shell": shell}))
+        return resp.text
+
+    def read_file(self, path: str) -> bytes | None:
+        """The file's bytes, None when it does not exist."""
+        resp = self.request("POST", "/file", data={"file_path": path})
+        if resp.status_code == 404:
+            return None
+        return self._ok(resp).content
+
+    def upload(self, path: str, data: bytes) -> None:
+        self._ok(self.request("POST", "/setup/upload", data={"file_path": path},
+                              files={"file_data": (path.rsplit("/", 1)[-1], data)}))
+
+    def open_file(self, path: str) -> None:
+        self._ok(self.request("POST", "/setup/open_file", json={"path": path}))
+
+    def window(self, op: str, name: str, *, strict: bool = False, by_class: bool = False) -> None:
+        """``op`` is ``activate`` or ``close`` (OSWorld's wmctrl routes)."""
+        self._ok(self.request("POST", f"/setup/{op}_window", json={
+            "window_name": name, "strict": strict, "by_class": by_class}))
+
+    def download(self, url: str, path: str) -> None:
+        self._ok(self.request("POST", "/setup/download_file", json={"url": url, "path": path},
+                              timeout=300))
+
+    def screen_size(self) -> tuple[int, int]:
+        body = self._ok(self.request("POST", "/screen_size")).json()
+        return int(body["width"]), int(body["height"])
+
+    # ScienceBoard routes (also on the project's agent) ------------------------------------
+
+    def post_json(self, path: str, body: dict[str, Any], *, timeout: float = 240.0) -> Any:
+        resp = self._ok(self.request("POST", path, json=body, timeout=timeout))
+        try:
+            return resp.json()
+        except ValueError:
+            return resp.text
+
+    # the project's agent only ------------------------------------------------------------
+
+    def windows(self) -> list[dict[str, Any]] | None:
+        """Top-level windows, or None when the guest cannot list them (OSWorld's server)."""
+        if self.kind is not GuestKind.CODA:
+            return None
+        return list(self._ok(self.request("GET", "/coda/windows")).json())
+
+    def close_apps(self) -> dict[str, Any]:
+        return dict(self._ok(self.request("POST", "/coda/close_apps", timeout=60)).json())

@@ -1,0 +1,156 @@
+"""The ``docker`` provider: OSWorld's QEMU-in-Docker image through the Docker SDK.
+
+Per slot one container (``happysixd/osworld-docker``) running the VM disk (qcow2, mounted
+read-only at ``/System.qcow2``) with ``RAM_SIZE`` / ``CPU_CORES`` / ``DISK_SIZE``; ``/dev/kvm``
+is passed through when this host has it (without it ``KVM=N`` and a warning: very slow). Its
+ports (5000 guest server, 8006 VNC, 9222 Chrome, 8080 VLC, 8000 application APIs) are published
+on host ports Docker picks, read back from the container, so parallel slots never collide.
+Readiness: the shared probe on the guest server. Reset, as in OSWorld: remove the container and
+create a new one.
+
+Verified here only against a recorded Docker Engine API transcript (tests/worker/transcripts);
+it still needs a Docker engine (and KVM) to be verified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
+from worker.providers.base import Desktop, GuestLayout, Provider, log
+from worker.providers.client import GuestClient
+
+GUEST_PORTS = {"server": 5000, "vnc": 8006, "chrome": 9222, "vlc": 8080, "apps": 8000}
+
+
+def kvm_available(path: str = "/dev/kvm") -> bool:
+    return os.path.exists(path) and os.access(path, os.R_OK | os.W_OK)
+
+
+def _from_env() -> Any:
+    import docker
+
+    return docker.from_env()
+
+
+@dataclass
+class DockerSettings:
+    qcow2: Path  # the VM disk: OSWorld's Ubuntu.qcow2, ScienceBoard's, or one with the agent
+    image: str = "happysixd/osworld-docker"
+    ram: str = "4G"
+    cpus: int = 4
+    disk: str = "32G"
+    bind_host: str = "127.0.0.1"
+    name_prefix: str = "coda-desktop"
+    guest_token: str | None = None
+    ready_timeout_s: float = 300.0
+    client: Callable[[], Any] = field(default=_from_env)  # a docker.DockerClient factory
+
+
+class DockerDesktop(Desktop):
+    provider_name = "docker"
+
+    def __init__(self, slot: int, settings: DockerSettings, client: Any) -> None:
+        super().__init__(slot, ready_timeout_s=settings.ready_timeout_s)
+        self.s = settings
+        self.client = client
+        self.name = f"{settings.name_prefix}-{slot}"
+        self.container: Any = None
+        self.ports: dict[str, int] = {}
+
+    def _environment(self) -> tuple[dict[str, str], list[str]]:
+        env = {"RAM_SIZE": self.s.ram, "CPU_CORES": str(self.s.cpus), "DISK_SIZE": self.s.disk}
+        if kvm_available():
+            return env, ["/dev/kvm:/dev/kvm:rwm"]
+        log.warning("docker.no_kvm", slot=self.slot,
+                    detail="/dev/kvm missing: QEMU runs without acceleration (very slow)")
+        return {**env, "KVM": "N"}, []
+
+    def _remove_stale(self) -> None:
+        from docker.errors import NotFound
+
+        with contextlib.suppress(NotFound):
+            self.client.containers.get(self.name).remove(force=True)
+
+    def _start(self) -> GuestClient:
+        from docker.errors import DockerException
+
+        env, devices = self._environment()
+        try:
+            self._remove_stale()
+            self.container = self.client.containers.run(
+                self.s.image, name=self.name, detach=True, environment=env, devices=devices,
+                cap_add=["NET_ADMIN"], labels={"coda.slot": str(self.slot)},
+                volumes={str(self.s.qcow2.resolve()): {"bind": "/System.qcow2", "mode": "ro"}},
+                ports={f"{p}/tcp": (self.s.bind_host, None) for p in GUEST_PORTS.values()})
+            self.container.reload()
+            self.ports = _published(self.container.attrs)
+        except (DockerException, KeyError, ValueError) as exc:
+            raise DesktopBroken(BrokenReason.START_FAILED, f"docker: {exc}") from exc
+        log.info("docker.started", slot=self.slot, container=self.container.short_id,
+                 ports=self.ports)
+        host = self.s.bind_host
+        self.layout = GuestLayout(portlike=GUEST_PORTS["apps"],
+                                  app_url=f"http://{host}:{self.ports['apps']}")
+        return GuestClient(f"http://{host}:{self.ports['server']}", token=self.s.guest_token)
+
+    def _revert(self) -> GuestClient | None:
+        self._stop()
+        return self._start()
+
+    def _stop(self) -> None:
+        from docker.errors import DockerException
+
+        if self.container is None:
+            return
+        try:
+            self.container.stop(timeout=10)
+            self.container.remove(force=True)
+        except DockerException as exc:  # already gone is fine
+            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc))
+        self.container = None
+
+    def _machine_health(self) -> Health:
+        from docker.errors import DockerException
+
+        if self.container is None:
+            return Health(ok=False, reason=BrokenReason.VM_OFF, detail="no container")
+        try:
+            self.container.reload()
+        except DockerException as exc:
+            return Health(ok=False, reason=BrokenReason.VM_OFF, detail=str(exc))
+        if self.container.status != "running":
+            return Health(ok=False, reason=BrokenReason.VM_OFF,
+                          detail=f"container {self.container.status}")
+        return Health(ok=True)
+
+
+def _published(attrs: dict[str, Any]) -> dict[str, int]:
+    """Host ports Docker picked for the guest ports, from the container's inspect data."""
+    bound = attrs["NetworkSettings"]["Ports"]
+    return {name: int(bound[f"{port}/tcp"][0]["HostPort"]) for name, port in GUEST_PORTS.items()}
+
+
+class DockerProvider(Provider[DockerDesktop]):
+    name = "docker"
+
+    def __init__(self, settings: DockerSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._client: Any = None
+
+    def _make(self, slot: int) -> DockerDesktop:
+        if self._client is None:
+            self._client = self.settings.client()
+        return DockerDesktop(slot, self.settings, self._client)
+
+    def close(self) -> None:
+        super().close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
