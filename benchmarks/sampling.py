@@ -8,11 +8,12 @@ For one state (a 1280x800 screenshot, an instruction and a short history) the be
 
 over real HTTP on the real services (uvicorn subprocesses on free ports), on the transformers
 backend with a tiny random Qwen2.5-VL unless ``--model DIR`` names a local model (or
-``--planner-url`` / ``--executor-url`` point at services already running). Every path gets a
-warm-up call, then ``--repeats`` timed rounds; the JSON holds the medians, the speedups
-(sequential / batch) and the tokens each path generated: the API has no ``min_tokens``, so
-lengths are reported rather than forced. The executor's results carry no token counts: its
-tokens are counted by re-tokenising the raw outputs with the model's tokenizer.
+``--planner-url`` / ``--executor-url`` point at services already running, called with the
+token in ``CODA_TOKEN``). Every path gets a warm-up call, then ``--repeats`` timed rounds; the
+JSON holds the medians, the speedups (sequential / batch) and the tokens each path generated:
+the API has no ``min_tokens``, so lengths are reported rather than forced. The executor's
+results carry no token counts: its tokens are counted by re-tokenising the raw outputs with
+the model's tokenizer.
 
     python benchmarks/sampling.py --out benchmarks/results/sampling.json --repeats 5
 """
@@ -27,18 +28,16 @@ import io
 import json
 import os
 import platform
+import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from coda.clients.executor import ExecutorClient
 from coda.clients.planner import PlannerClient
@@ -52,7 +51,7 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.logging import configure_logging, get_logger
-from coda.procs import free_port, stop_process
+from coda.modelservice.process import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "sampling.json"
@@ -170,81 +169,46 @@ def make_state(width: int, height: int, n: int) -> State:
 # --- the services ---------------------------------------------------------------------------
 
 
-@dataclass
-class Service:
-    """One service as a uvicorn subprocess; ``env`` are its settings."""
-
-    module: str
-    env: dict[str, str]
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "uvicorn", f"{self.module}:create_app", "--factory",
-               "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env},
-                                         stdout=out, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.module} not ready after {timeout:.0f}s; log: {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        stop_process(self.proc)
-        self.proc = None
-
-
-def service_env(cfg: Config, model: str) -> dict[str, dict[str, str]]:
-    """Settings of the two services (transformers backend on ``model``)."""
-    common = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+def service_env(cfg: Config, model: str, token: str) -> dict[str, dict[str, str]]:
+    """Settings of the two services (transformers backend on ``model``, ``token`` accepted)."""
+    common: dict[str, str] = {}
     if cfg.threads:
         common["OMP_NUM_THREADS"] = str(cfg.threads)
-    planner = {**common, "CODA_PLANNER_BACKEND": "transformers", "CODA_PLANNER_MODEL": model,
-               "CODA_PLANNER_DEVICE": cfg.device, "CODA_PLANNER_LOG_LEVEL": "WARNING"}
-    executor = {**common, "CODA_EXECUTOR_BACKEND": "transformers", "CODA_EXECUTOR_MODEL": model,
-                "CODA_EXECUTOR_DEVICE": cfg.device, "CODA_EXECUTOR_LOG_LEVEL": "WARNING"}
-    return {"planner_service.app": planner, "executor_service.app": executor}
+    env = {}
+    for role in ("planner", "executor"):
+        p = f"CODA_{role.upper()}_"
+        env[role] = {**common, f"{p}BACKEND": "transformers", f"{p}MODEL": model,
+                     f"{p}DEVICE": cfg.device, f"{p}LOG_LEVEL": "WARNING",
+                     f"{p}INFERENCE_TOKENS": token, f"{p}ADMIN_TOKEN": secrets.token_hex(16),
+                     f"{p}MAX_TOKENS": str(max(cfg.max_tokens, 1))}
+    return env
 
 
 @contextlib.contextmanager
-def running_services(cfg: Config, workdir: Path) -> Iterator[tuple[str, str, str | None]]:
-    """(planner URL, executor URL, local model dir or None), starting what is not given."""
-    need = [m for m, url in (("planner_service.app", cfg.planner_url),
-                             ("executor_service.app", cfg.executor_url)) if url is None]
+def running_services(cfg: Config, workdir: Path,
+                     ) -> Iterator[tuple[str, str, str | None, str | None]]:
+    """(planner URL, executor URL, local model dir or None, token), starting what is not
+    given (the services started here accept the token; running ones take ``CODA_TOKEN``)."""
+    need = [role for role, url in (("planner", cfg.planner_url),
+                                   ("executor", cfg.executor_url)) if url is None]
     model = cfg.model
     if need and model is None:
         from coda.inference.tiny import build_tiny_qwen25vl
 
         log.info("building the tiny random Qwen2.5-VL", dir=str(workdir / "tiny"))
         model = str(build_tiny_qwen25vl(workdir / "tiny"))
-    envs = service_env(cfg, model or "")
-    services = {m: Service(m, envs[m], workdir / f"{m.split('.')[0]}.log") for m in need}
+    token = os.environ.get("CODA_TOKEN") if not need else secrets.token_hex(16)
+    envs = service_env(cfg, model or "", token or "")
+    services = {role: ServiceProcess(role, envs[role], workdir / f"{role}.log") for role in need}
     try:
         for svc in services.values():
             svc.start()
         for name, svc in services.items():
             log.info("waiting for service", service=name, url=svc.url)
-            svc.wait_ready()
-        planner = cfg.planner_url or services["planner_service.app"].url
-        executor = cfg.executor_url or services["executor_service.app"].url
-        yield planner, executor, model
+            svc.wait_ready(START_TIMEOUT_S)
+        planner = cfg.planner_url or services["planner"].url
+        executor = cfg.executor_url or services["executor"].url
+        yield planner, executor, model, token
     finally:
         for svc in services.values():
             svc.stop()
@@ -405,15 +369,17 @@ def torch_threads(cfg: Config) -> int:
     return int(torch.get_num_threads())
 
 
-async def bench(cfg: Config, planner_url: str, executor_url: str,
+async def bench(cfg: Config, planner_url: str, executor_url: str, token: str | None,
                 count: Counter) -> dict[str, list[Run]]:
     st = make_state(*cfg.screen, cfg.n)
     runs: dict[str, list[Run]] = {}
-    async with PlannerClient(planner_url, timeout=cfg.timeout_s, retries=1) as planner:
+    async with PlannerClient(planner_url, token=token, timeout=cfg.timeout_s,
+                             retries=1) as planner:
         for name, plan_path in (("plan_batch", plan_batch), ("plan_sequential", plan_sequential)):
             log.info("measuring", path=name, n=cfg.n)
             runs[name] = await measure(name, plan_path, planner, cfg, st, count)
-    async with ExecutorClient(executor_url, timeout=cfg.timeout_s, retries=1) as executor:
+    async with ExecutorClient(executor_url, token=token, timeout=cfg.timeout_s,
+                              retries=1) as executor:
         for name, act_path in (("act_batch", act_batch), ("act_sequential", act_sequential)):
             log.info("measuring", path=name, n=cfg.n)
             runs[name] = await measure(name, act_path, executor, cfg, st, count)
@@ -422,10 +388,10 @@ async def bench(cfg: Config, planner_url: str, executor_url: str,
 
 def run(cfg: Config) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coda-bench-sampling-") as tmp, \
-            running_services(cfg, Path(tmp)) as (planner_url, executor_url, model):
+            running_services(cfg, Path(tmp)) as (planner_url, executor_url, model, token):
         count, unit = token_counter(model)
         load_start = os.getloadavg()[0]
-        runs = asyncio.run(bench(cfg, planner_url, executor_url, count))
+        runs = asyncio.run(bench(cfg, planner_url, executor_url, token, count))
         load = (load_start, os.getloadavg()[0])
         name = cfg.model or ("tiny random Qwen2.5-VL (coda.inference.tiny)" if model else "")
         return summarise(cfg, runs, model=name or "remote services", unit=unit,

@@ -63,6 +63,10 @@ def _register_service_clis() -> None:
         try:
             sub = __import__(module, fromlist=["app"]).app
         except ImportError as exc:  # an extra not installed: say so when used
+            from coda.modelservice.imports import missing_package
+
+            if missing_package(exc) is None:
+                raise  # a real import error inside CODA: reported as it is
             missing = str(exc)
 
             def _missing(name: str = name, missing: str = missing) -> None:

@@ -1,3 +1,1 @@
 """Executor service: a planner thought + screenshot -> one typed GUI action (UI-TARS-1.5)."""
-
-__version__ = "0.1.0"

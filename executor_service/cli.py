@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
-from coda.logging import configure_logging
-from executor_service.settings import ExecutorSettings
+from coda.modelservice.cli import serve as serve_app
+from coda.modelservice.cli import settings_from_flags
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
-def settings_from_flags(**flags: Any) -> ExecutorSettings:
-    """Settings from the environment, with every flag that was given (not ``None``) on top."""
-    if flags.get("backend") not in (None, "transformers", "openai"):
-        raise typer.BadParameter("must be 'transformers' or 'openai'", param_hint="--backend")
-    try:
-        return ExecutorSettings(**{k: v for k, v in flags.items() if v is not None})
-    except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-
+    from executor_service.settings import ExecutorSettings
 
 app = typer.Typer(help="The executor service (UI-TARS-1.5: thought -> action).",
                   no_args_is_help=False)
@@ -40,16 +33,20 @@ def serve(
     """Start the executor service (CODA_EXECUTOR_* environment variables are the defaults)."""
     if ctx.invoked_subcommand is not None:
         return
-    import uvicorn
 
-    from executor_service.app import create_app
+    def make_settings() -> ExecutorSettings:
+        from executor_service.settings import ExecutorSettings
 
-    settings = settings_from_flags(host=host, port=port, backend=backend, model=model,
-                                   base_url=base_url, device=device, max_pixels=max_pixels,
-                                   log_level=log_level)
-    configure_logging(settings.log_level)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                log_config=None, access_log=False)
+        return settings_from_flags(ExecutorSettings, host=host, port=port, backend=backend,
+                                  model=model, base_url=base_url, device=device,
+                                  max_pixels=max_pixels, log_level=log_level)
+
+    def make_app(settings: ExecutorSettings) -> FastAPI:
+        from executor_service.app import create_app
+
+        return create_app(settings)
+
+    serve_app(make_settings, make_app)
 
 
 if __name__ == "__main__":

@@ -1,40 +1,30 @@
-"""What the executor does between HTTP and the model: resolve screenshots, build prompts, call
-the backend (one batched call for G thoughts where it can), parse the output into actions."""
+"""What the executor does between HTTP and the model: read the screenshots the prompt shows,
+build prompts, call the backend (one batched call for G thoughts where it can), parse the
+output into actions."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coda.actions import to_pyautogui
 from coda.contracts.services_api import (
-    ActBatchRequest,
     ActBatchResponse,
-    ActRequest,
     ActResult,
     HistoryStep,
     ImageRef,
     ParseError,
     Sampling,
 )
-from coda.imagerefs import ImageRefError, decode_image_ref, open_image, ref_field
+from coda.imagerefs import FieldPath, ScreenshotReader
 from coda.inference.base import ChatBackend, ChatMessage, Completion, GenerateOptions
 from coda.inference.images import encode_data_url
 from coda.prompts.executor import ExecutorTurn, build_executor_messages, prefill, turn_text
+from coda.service import current_cancel_event
 from coda.uitars import ActionParseError, parse_uitars
 from executor_service.settings import ExecutorSettings
-
-
-class InputError(ValueError):
-    """A request field that cannot be used; ``loc`` names it (FastAPI's 422 format)."""
-
-    def __init__(self, loc: Sequence[str | int], message: str) -> None:
-        super().__init__(message)
-        self.loc = ("body", *loc)
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -47,45 +37,33 @@ class Screenshot:
 # --- images ---------------------------------------------------------------------------------
 
 
-def artifact_url(ref: str, base_url: str) -> str:
-    """Where ``ref`` lives: URLs and absolute paths as they are, a bare key under ``base_url``
-    (a local base made absolute, so :func:`coda.imagerefs.read_ref` reads it as a path)."""
-    if "://" in ref or ref.startswith("/"):
-        return ref
-    if ".." in ref.replace("\\", "/").split("/"):
-        raise ValueError("artifact keys may not contain '..'")
-    base = base_url if "://" in base_url else os.path.abspath(base_url)
-    return f"{base.rstrip('/')}/{ref.lstrip('/')}"
+def read_screenshot(reader: ScreenshotReader, image: ImageRef, field: FieldPath) -> Screenshot:
+    checked = reader.read(image, field)
+    width, height = checked.size
+    return Screenshot(data_url=encode_data_url(checked.data), width=width, height=height)
 
 
-def read_image(image: ImageRef, base_url: str, loc: Sequence[str | int]) -> Screenshot:
-    """Decode an :class:`ImageRef` (base64 or artifact ref) to a data URL and its size."""
-    field = tuple(loc)
-    if image.ref is not None:
-        try:
-            image = ImageRef(ref=artifact_url(image.ref, base_url))
-        except ValueError as exc:
-            raise InputError((*field, "ref"), f"cannot read {image.ref!r}: {exc}") from exc
-    try:
-        raw = decode_image_ref(image, field, base_url)
-        width, height = open_image(raw, ref_field(image, field)).size
-    except ImageRefError as exc:
-        raise InputError(exc.field, str(exc)) from exc
-    return Screenshot(data_url=encode_data_url(raw), width=width, height=height)
+def shown_history(history: Sequence[HistoryStep], history_n: int) -> set[int]:
+    """Indices of the past steps whose screenshots the prompt shows: the last
+    ``history_n - 1`` that have one (the builder drops the others anyway)."""
+    with_image = [i for i, step in enumerate(history) if step.screenshot is not None]
+    return set(with_image[max(0, len(with_image) - (history_n - 1)):])
 
 
-async def read_images(
-    current: ImageRef, history: Sequence[HistoryStep], base_url: str
-) -> tuple[Screenshot, list[Screenshot | None]]:
-    """The current screenshot and each history step's (``None`` where a step has none)."""
+async def read_images(reader: ScreenshotReader, current: ImageRef,
+                      history: Sequence[HistoryStep], history_n: int,
+                      ) -> tuple[Screenshot, list[Screenshot | None]]:
+    """The current screenshot and each shown history step's (``None`` for the others)."""
+    shown = shown_history(history, history_n)
 
     def work() -> tuple[Screenshot, list[Screenshot | None]]:
-        past = [
-            None if step.screenshot is None
-            else read_image(step.screenshot, base_url, ("history", i, "screenshot"))
-            for i, step in enumerate(history)
-        ]
-        return read_image(current, base_url, ("screenshot",)), past
+        past: list[Screenshot | None] = []
+        for i, step in enumerate(history):
+            if i in shown and step.screenshot is not None:
+                past.append(read_screenshot(reader, step.screenshot, ("history", i, "screenshot")))
+            else:
+                past.append(None)
+        return read_screenshot(reader, current, ("screenshot",)), past
 
     return await asyncio.to_thread(work)
 
@@ -103,10 +81,12 @@ def executor_turns(history: Sequence[HistoryStep], shots: Sequence[Screenshot | 
 
 
 def generate_options(sampling: Sampling) -> GenerateOptions:
-    """One sample per prompt, continuing the pre-filled assistant message."""
+    """One sample per prompt, continuing the pre-filled assistant message; generation stops
+    when the request is cancelled (client gone, deadline)."""
     return GenerateOptions(
         n=1, temperature=sampling.temperature, top_p=sampling.top_p,
         max_tokens=sampling.max_tokens, seed=sampling.seed, continue_final_message=True,
+        cancel=current_cancel_event(),
     )
 
 
@@ -148,13 +128,13 @@ def to_result(completion: str, thought: str, *, screen_w: int, screen_h: int, sh
 
 
 async def act_many(
-    backend: ChatBackend, settings: ExecutorSettings, *, instruction: str, thoughts: list[str],
-    screenshot: ImageRef, history: list[HistoryStep], screen_w: int, screen_h: int,
-    sampling: Sampling,
+    backend: ChatBackend, settings: ExecutorSettings, reader: ScreenshotReader, *,
+    instruction: str, thoughts: list[str], screenshot: ImageRef, history: list[HistoryStep],
+    screen_w: int, screen_h: int, sampling: Sampling,
 ) -> list[ActResult]:
     """Ground every thought on the same state; all prompts go to the backend together."""
     start = time.perf_counter()
-    shot, past = await read_images(screenshot, history, settings.artifacts_url)
+    shot, past = await read_images(reader, screenshot, history, settings.history_n)
     turns = executor_turns(history, past)
     prompts = [
         build_executor_messages(instruction, turns, shot.data_url, thought,
@@ -170,19 +150,5 @@ async def act_many(
     ]
 
 
-async def act(backend: ChatBackend, settings: ExecutorSettings, req: ActRequest) -> ActResult:
-    (result,) = await act_many(
-        backend, settings, instruction=req.instruction, thoughts=[req.thought],
-        screenshot=req.screenshot, history=req.history, screen_w=req.screen_width,
-        screen_h=req.screen_height, sampling=req.sampling)
-    return result
-
-
-async def act_batch(backend: ChatBackend, settings: ExecutorSettings,
-                    req: ActBatchRequest) -> ActBatchResponse:
-    start = time.perf_counter()
-    results = await act_many(
-        backend, settings, instruction=req.instruction, thoughts=req.thoughts,
-        screenshot=req.screenshot, history=req.history, screen_w=req.screen_width,
-        screen_h=req.screen_height, sampling=req.sampling)
+def batch_response(results: list[ActResult], start: float) -> ActBatchResponse:
     return ActBatchResponse(results=results, latency_ms=(time.perf_counter() - start) * 1000)

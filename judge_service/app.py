@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
+from fastapi import APIRouter, Depends, FastAPI
 
 from coda.contracts.services_api import (
     InstructionCheck,
@@ -16,86 +14,87 @@ from coda.contracts.services_api import (
     JudgeRequest,
     JudgeResponse,
 )
-from coda.inference.base import BackendError, ChatBackend, GenerateOptions
+from coda.inference.base import ChatBackend, GenerateOptions, PromptTooLong
 from coda.logging import get_logger
+from coda.modelservice.app import (
+    INFERENCE,
+    ROUTE_ERRORS,
+    create_model_app,
+    get_state,
+    too_long,
+)
+from coda.modelservice.state import ModelState
 from coda.prompts.judge import build_instruction_messages
-from coda.service import create_service_app
+from coda.service import FieldError, current_cancel_event
 from judge_service import judging
-from judge_service.images import ImageError, high_url, load_image
+from judge_service.frames import high_url
 from judge_service.parsing import parse_instruction_check
 from judge_service.settings import JudgeSettings
 
 log = get_logger("judge_service")
-VERSION = "0.1.0"
 
-
-@dataclass
-class JudgeState:
-    settings: JudgeSettings
-    backends: dict[str, ChatBackend]
-
-
-def get_state(request: Request) -> JudgeState:
-    state: JudgeState = request.app.state.judge
-    return state
-
-
-StateDep = Annotated[JudgeState, Depends(get_state)]
+StateDep = Annotated[ModelState, Depends(get_state)]
 router = APIRouter(prefix="/v1", tags=["judge"])
 
 
-def _unprocessable(loc: list[str | int], msg: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                         detail=[{"loc": ["body", *loc], "msg": msg, "type": "value_error"}])
+def settings_of(st: ModelState) -> JudgeSettings:
+    assert isinstance(st.settings, JudgeSettings)
+    return st.settings
 
 
-def select_models(st: JudgeState, names: list[str] | None) -> dict[str, ChatBackend]:
-    """The configured models named by ``policy.models`` (all when None)."""
+def select_models(st: ModelState, names: list[str] | None, loc: tuple[str, ...],
+                  ) -> dict[str, ChatBackend]:
+    """The configured models named by ``names`` (all when None); 422 at ``loc`` otherwise."""
+    st.require_loaded()
     if names is None:
         return dict(st.backends)
     unknown = [n for n in names if n not in st.backends]
     if unknown or not names:
-        raise _unprocessable(["policy", "models"],
-                             f"unknown judge model(s) {unknown}; configured: {list(st.backends)}")
+        raise FieldError(["body", *loc], f"unknown judge model(s) {unknown}; "
+                                         f"configured: {list(st.backends)}")
     return {n: st.backends[n] for n in dict.fromkeys(names)}
 
 
-@router.post("/judge", response_model=JudgeResponse)
+@router.post("/judge", response_model=JudgeResponse, dependencies=INFERENCE,
+             responses=ROUTE_ERRORS)
 async def judge(req: JudgeRequest, st: StateDep) -> JudgeResponse:
     """Judge a trajectory: multi-resolution filter, voting@k, ensemble; every vote returned."""
     start = time.perf_counter()
-    models = select_models(st, req.policy.models)
+    models = select_models(st, req.policy.models, ("policy", "models"))
     try:
-        verdict = await judging.judge(req, models, st.settings)
-    except ImageError as exc:
-        raise _unprocessable(list(exc.field), str(exc)) from exc
-    except BackendError as exc:
-        log.warning("judge backend failed", error=str(exc))
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=f"judge model: {exc}") from exc
+        verdict = await judging.judge(req, models, settings_of(st), st.reader)
+    except PromptTooLong as exc:
+        texts: list[tuple[tuple[str | int, ...], str | None]] = [
+            (("body", "instruction"), req.instruction)]
+        for i, step in enumerate(req.steps):
+            texts += [(("body", "steps", i, "thought"), step.thought),
+                      (("body", "steps", i, "action"), step.action)]
+        raise too_long(exc, texts) from None
     latency = (time.perf_counter() - start) * 1000
     log.info("judged", steps=len(req.steps), correct=verdict.correct, votes=len(verdict.votes),
              latency_ms=round(latency, 1))
     return JudgeResponse(verdict=verdict, latency_ms=latency)
 
 
-@router.post("/instructions/check", response_model=InstructionCheck)
+@router.post("/instructions/check", response_model=InstructionCheck, dependencies=INFERENCE,
+             responses=ROUTE_ERRORS)
 async def check_instruction(req: InstructionCheckRequest, st: StateDep) -> InstructionCheck:
     """Is a generated instruction clear, executable from the initial state and judgeable?"""
-    models = select_models(st, [req.model] if req.model else None)
+    models = select_models(st, [req.model] if req.model else None, ("model",))
     name, backend = next(iter(models.items()))
+    settings = settings_of(st)
     url = None
-    try:
-        if req.screenshot is not None:
-            image = await load_image(req.screenshot, ("screenshot",), st.settings.artifacts_url)
-            url = high_url(image, st.settings.high_max_pixels)
-    except ImageError as exc:
-        raise _unprocessable(list(exc.field), str(exc)) from exc
+    if req.screenshot is not None:
+        checked = await st.reader.aread(req.screenshot, ("screenshot",))
+        url = high_url(checked, settings.high_max_pixels)
     messages = build_instruction_messages(req.app, req.instruction, url)
-    options = GenerateOptions(n=1, temperature=0.0, top_p=1.0, max_tokens=st.settings.max_tokens)
+    options = GenerateOptions(n=1, temperature=0.0, top_p=1.0, max_tokens=settings.max_tokens,
+                              cancel=current_cancel_event())
     try:
         [completion] = await backend.chat(messages, options)
-    except BackendError as exc:
-        raise HTTPException(status.HTTP_502_BAD_GATEWAY, detail=f"judge model: {exc}") from exc
+    except PromptTooLong as exc:
+        raise too_long(exc, [(("body", "instruction"), req.instruction),
+                             (("body", "app"), req.app)]) from None
     clear, executable, judgeable, reason, parsed = parse_instruction_check(completion.text)
     log.info("instruction checked", model=name, parsed=parsed, clear=clear,
              executable=executable, judgeable=judgeable)
@@ -103,42 +102,16 @@ async def check_instruction(req: InstructionCheckRequest, st: StateDep) -> Instr
                             reason=reason, parsed=parsed, raw=completion.text)
 
 
-def _make_backends(settings: JudgeSettings) -> dict[str, ChatBackend]:
-    from coda.inference.factory import make_backend  # heavy imports only when serving
-
-    if not settings.models:
-        raise ValueError("no judge model configured: set CODA_JUDGE_MODELS to a JSON list of "
-                         '{"name": ..., "backend": "openai", "options": {"base_url": ..., '
-                         '"model": ...}}')
-    return {m.name: make_backend(m.backend, **m.options) for m in settings.models}
-
-
 def create_app(settings: JudgeSettings | None = None, *,
                backends: Mapping[str, ChatBackend] | None = None) -> FastAPI:
     """The judge app; ``backends`` (name -> backend) overrides the configured models."""
     cfg = settings or JudgeSettings()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = backends is None
-        chats = dict(backends) if backends is not None else _make_backends(cfg)
-        app.state.judge = JudgeState(cfg, chats)
-        log.info("judge ready", models=list(chats))
-        try:
-            yield
-        finally:
-            if owned:
-                for chat in chats.values():
-                    await chat.aclose()
-
-    async def ready() -> dict[str, Any]:
-        st: JudgeState = app.state.judge
-        return {name: await b.ready() for name, b in st.backends.items()}
-
-    app, _ = create_service_app(
-        name="coda-judge", version=VERSION,
+    if backends is None and not cfg.models:
+        raise ValueError("no judge model configured: set CODA_JUDGE_MODELS to a JSON list like "
+                         '[{"name": "qwen72b", "backend": "openai", '
+                         '"base_url": "http://vllm-judge:8000/v1", "model": "..."}]')
+    state = ModelState(cfg, {m.name: m.spec() for m in cfg.models}, backends)
+    return create_model_app(
+        state, name="coda-judge",
         description="CODA judge: trajectory verdicts with voting, multi-resolution, ensemble",
-        max_body_bytes=cfg.max_body_bytes, max_concurrency=cfg.max_concurrency,
-        ready=ready, lifespan=lifespan)
-    app.include_router(router)
-    return app
+        routers=[router])

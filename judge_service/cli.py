@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from coda.logging import configure_logging
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from judge_service.settings import JudgeSettings
 
 app = typer.Typer(help="The judge service (trajectory verdicts) and its calibration.")
 console = Console(stderr=True)
@@ -25,15 +29,20 @@ def serve(
     """Start the judge service with uvicorn (settings from CODA_JUDGE_* variables)."""
     if ctx.invoked_subcommand is not None:
         return
-    import uvicorn
+    from coda.modelservice.cli import serve as serve_app
+    from coda.modelservice.cli import settings_from_flags
 
-    from judge_service.app import create_app
-    from judge_service.settings import JudgeSettings
+    def make_settings() -> JudgeSettings:
+        from judge_service.settings import JudgeSettings
 
-    settings = JudgeSettings()
-    configure_logging(settings.log_level)
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port,
-                log_config=None)
+        return settings_from_flags(JudgeSettings, host=host, port=port)
+
+    def make_app(settings: JudgeSettings) -> FastAPI:
+        from judge_service.app import create_app
+
+        return create_app(settings)
+
+    serve_app(make_settings, make_app)
 
 
 def _fmt(value: float | None) -> str:
@@ -44,6 +53,8 @@ def _fmt(value: float | None) -> str:
 def calibrate_cmd(
     file: Path = typer.Argument(..., help="JSONL of labelled trajectories"),
     judge_url: str = typer.Option(..., "--judge-url", help="judge service URL"),
+    token: str | None = typer.Option(None, "--token", envvar="CODA_JUDGE_TOKEN",
+                                     help="an inference token of the judge service"),
     votes: int = typer.Option(4, help="voting@k"),
     multi_resolution: bool = typer.Option(True, help="low-resolution first pass"),
     max_frames: int = typer.Option(16, help="frames per trajectory"),
@@ -63,7 +74,7 @@ def calibrate_cmd(
         raise typer.Exit(2) from exc
 
     async def run() -> str:
-        client = JudgeClient(judge_url, timeout=timeout)
+        client = JudgeClient(judge_url, token=token, timeout=timeout)
         try:
             with Progress(console=console) as progress:
                 task = progress.add_task("judging", total=total)

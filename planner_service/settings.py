@@ -2,49 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from coda.inference.spec import BackendSpec
+from coda.modelservice.settings import ModelServiceSettings
 
 
-class PlannerSettings(BaseSettings):
-    """Where the planner model runs and how the service listens."""
+class PlannerSettings(ModelServiceSettings, BackendSpec):
+    """The planner model (:class:`BackendSpec` fields), its adapters, the service's limits."""
 
-    model_config = SettingsConfigDict(env_prefix="CODA_PLANNER_", env_file=".env",
-                                      extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="CODA_PLANNER_", extra="ignore")
 
-    backend: str = Field(default="transformers",
-                         description="'transformers' (in-process) or 'openai' (vLLM / any "
-                                     "OpenAI-compatible server)")
-    model: str = Field(default="Qwen/Qwen2.5-VL-32B-Instruct",
+    port: int = Field(default=8001, ge=1, le=65535)
+    model: str = Field(default="Qwen/Qwen2.5-VL-32B-Instruct", min_length=1,
                        description="local model path (transformers) or served model name")
-    base_url: str | None = Field(default=None, description="OpenAI-compatible server URL")
-    api_key: str | None = None
-    device: str = "cpu"
-    max_pixels: int | None = Field(default=None, description="image budget per screenshot")
-    backend_timeout_s: float = 300.0
-    backend_retries: int = 2
-    host: str = "127.0.0.1"
-    port: int = 8001
-    artifacts_url: str = Field(default="file://./.coda/artifacts",
-                               description="fsspec URL that screenshot 'ref' keys are relative to")
     adapter_cache_dir: str = Field(default=".coda/adapters",
-                                   description="local copies of remote (fsspec) adapters")
+                                   description="copies of adapters read from the artifact store")
+    adapter_roots: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="local directories adapters may also be loaded from in place "
+                    "(comma-separated absolute paths); none by default")
+    max_adapter_bytes: int = Field(default=4 * 1024**3, ge=1024,
+                                   description="size of one adapter copied from the store")
     max_turns: int = Field(default=15, ge=0, description="past turns in the context")
     keep_images: int = Field(default=1, ge=0, description="past screenshots kept in context")
     max_concurrency: int = Field(default=8, ge=1)
-    max_body_bytes: int = 64 * 1024 * 1024
-    log_level: str = "INFO"
 
-    def backend_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`coda.inference.factory.make_backend`."""
-        if self.backend == "openai":
-            if not self.base_url:
-                raise ValueError("CODA_PLANNER_BASE_URL is required with backend 'openai'")
-            return {"base_url": self.base_url, "model": self.model, "api_key": self.api_key,
-                    "timeout": self.backend_timeout_s, "retries": self.backend_retries}
-        kw: dict[str, Any] = {"model_path": self.model, "device": self.device}
-        if self.max_pixels is not None:
-            kw["max_pixels"] = self.max_pixels
-        return kw
+    @field_validator("adapter_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [r.strip() for r in value.split(",") if r.strip()]
+        return value

@@ -1,27 +1,69 @@
 """A small typed JSON client over httpx with bearer auth, retries on transient errors and
-errors that carry the server's message."""
+errors that carry the server's message; and the ONE retry policy every CODA HTTP caller uses
+(:func:`http_retry`, tenacity: exponential backoff with jitter, ``Retry-After`` honoured)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUS = frozenset({502, 503, 504})
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (capped), or None."""
+    value = response.headers.get("retry-after")
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER_S) if value is not None else None
+    except ValueError:
+        return None
+
+
+class _Wait:
+    """Exponential backoff with jitter, unless the failure says how long to wait
+    (an exception with a ``retry_after`` attribute, from the server's header)."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.backoff = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
+
+    def __call__(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        hinted = getattr(exc, "retry_after", None)
+        return float(hinted) if hinted is not None else float(self.backoff(state))
+
+
+def http_retry(attempts: int, transient: Callable[[BaseException], bool], *,
+               backoff_s: float = 0.1, max_backoff_s: float = 8.0) -> AsyncRetrying:
+    """Up to ``attempts`` tries of the block while ``transient(exc)``; the last error is
+    re-raised. ``async for attempt in http_retry(...): with attempt: ...``."""
+    return AsyncRetrying(stop=stop_after_attempt(max(1, attempts)),
+                         wait=_Wait(backoff_s, max_backoff_s),
+                         retry=retry_if_exception(transient), reraise=True)
 
 
 class ServiceError(RuntimeError):
     """A non-2xx answer; ``status`` and ``detail`` come from the server."""
 
-    def __init__(self, status: int, detail: Any, url: str) -> None:
+    def __init__(self, status: int, detail: Any, url: str,
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} from {url}: {detail}")
         self.status = status
         self.detail = detail
         self.url = url
+        self.retry_after = retry_after
 
 
 def _transient(exc: BaseException) -> bool:
@@ -51,6 +93,7 @@ class JsonClient:
         if client is not None and token:
             self.http.headers.update(headers)
         self.retries = retries
+        """Attempts per call (1 = no retry)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -65,18 +108,17 @@ class JsonClient:
     async def send(self, method: str, path: str, body: BaseModel | dict[str, Any] | None = None,
                    *, params: dict[str, Any] | None = None, **kw: Any) -> httpx.Response:
         payload = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self.retries), wait=wait_exponential(0.1, max=2),
-            retry=retry_if_exception(_transient), reraise=True,
-        ):
+        async for attempt in http_retry(self.retries, _transient, max_backoff_s=2.0):
             with attempt:
                 resp = await self.http.request(method, path, json=payload, params=params, **kw)
                 if resp.status_code >= 400:
                     try:
-                        detail = resp.json().get("detail", resp.text)
+                        data = resp.json()
                     except ValueError:
-                        detail = resp.text
-                    raise ServiceError(resp.status_code, detail, str(resp.request.url))
+                        data = None
+                    detail = data.get("detail", data) if isinstance(data, dict) else resp.text
+                    raise ServiceError(resp.status_code, detail, str(resp.request.url),
+                                       retry_after(resp))
         return resp
 
     async def request(self, method: str, path: str, body: BaseModel | dict[str, Any] | None,

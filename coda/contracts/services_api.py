@@ -1,24 +1,54 @@
-"""Request and response bodies of the planner, executor and judge services."""
+"""Request and response bodies of the planner, executor and judge services.
+
+Every bound a service needs to stay up under hostile input that does not depend on its
+settings is here, so the OpenAPI documents show it: text lengths, list lengths, a 64-bit
+seed, adapter names, screenshot keys. Strings refuse NUL characters and lone surrogates
+(:data:`Text`): neither can reach a tokenizer, a log line or an error message.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from coda.actions import Action
 from coda.contracts.training import LabelRule, Verdict
 
 MAX_SAMPLES = 64
+MAX_TEXT = 65_536
+"""Characters of one instruction / thought (the model's context bounds the prompt further)."""
+MAX_HISTORY = 256
+MAX_SEED = 2**63 - 1
+SCREENSHOT_KEY = r"^sha256/[0-9a-f]{2}/[0-9a-f]{64}\.(png|jpg|webp)$"
+"""A screenshot in the artifact store (coda.artifacts keys of the image types)."""
+VERSION_PATTERN = r"^[A-Za-z0-9._:-]+$"
+
+
+def _clean_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate (not valid Unicode)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_clean_text)]
+"""A string without NUL characters or lone surrogates."""
+Version = Annotated[str, Field(min_length=1, max_length=200, pattern=VERSION_PATTERN)]
 
 
 class ImageRef(BaseModel):
-    """A screenshot by artifact key / URL, or inline as base64 PNG/JPEG."""
+    """A screenshot: the key of an artifact in the service's artifact store, or the image
+    inline (base64 PNG/JPEG/WebP, optionally as a ``data:image/...;base64,`` URL)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    ref: str | None = Field(default=None, description="artifact key or fsspec/http URL")
-    b64: str | None = Field(default=None, description="base64 image bytes")
+    ref: str | None = Field(default=None, pattern=SCREENSHOT_KEY, max_length=100,
+                            description="artifact-store key: sha256/<2 hex>/<64 hex>.png|jpg|webp")
+    b64: Text | None = Field(default=None, description="base64 image bytes or a data: URL")
 
     @model_validator(mode="after")
     def _one(self) -> ImageRef:
@@ -32,31 +62,36 @@ class HistoryStep(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    thought: str = Field(description="the planner's 'Thought: ...\\nAction: ...' text")
-    action_text: str | None = Field(default=None, description="the executor's raw action text")
+    thought: Text = Field(max_length=MAX_TEXT,
+                          description="the planner's 'Thought: ...\\nAction: ...' text")
+    action_text: Text | None = Field(default=None, max_length=MAX_TEXT,
+                                     description="the executor's raw action text")
     screenshot: ImageRef | None = None
 
 
 class Sampling(BaseModel):
+    """Sampling options; a temperature below 1e-4 decodes greedily. ``max_tokens`` is further
+    bounded by the service's setting (422 above it)."""
+
     model_config = ConfigDict(extra="forbid")
 
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=0.9, gt=0, le=1)
     max_tokens: int = Field(default=1500, ge=1, le=32_768)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="64-bit seed")
 
 
 class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str = Field(min_length=1)
+    instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
     screenshot: ImageRef
     previous_screenshot: ImageRef | None = None
-    history: list[HistoryStep] = Field(default_factory=list)
+    history: list[HistoryStep] = Field(default_factory=list, max_length=MAX_HISTORY)
     n: int = Field(default=1, ge=1, le=MAX_SAMPLES)
     sampling: Sampling = Field(default_factory=Sampling)
     answer_mode: bool = Field(default=False, description="use the ANS prompt variant")
-    adapter: str | None = Field(default=None, description="adapter version; default current")
+    adapter: Version | None = Field(default=None, description="adapter version; default current")
 
 
 class Plan(BaseModel):
@@ -78,8 +113,11 @@ class PlanResponse(BaseModel):
 class AdapterLoad(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:-]+$")
-    uri: str = Field(min_length=1, description="local path or fsspec URL of a peft adapter")
+    version: Version
+    uri: Text = Field(min_length=1, max_length=1000, description=(
+        "where the peft adapter is: a folder of the artifact store, relative to its base URL "
+        "(adapters/run1/step-10), or an absolute local path inside one of the service's "
+        "adapter roots"))
     make_default: bool = True
 
 
@@ -96,10 +134,10 @@ class AdapterList(BaseModel):
 class ActRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str = Field(min_length=1)
-    thought: str = Field(min_length=1)
+    instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
+    thought: Text = Field(min_length=1, max_length=MAX_TEXT)
     screenshot: ImageRef
-    history: list[HistoryStep] = Field(default_factory=list)
+    history: list[HistoryStep] = Field(default_factory=list, max_length=MAX_HISTORY)
     screen_width: int = Field(default=1280, ge=1, le=16_384)
     screen_height: int = Field(default=800, ge=1, le=16_384)
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
@@ -108,10 +146,11 @@ class ActRequest(BaseModel):
 class ActBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str = Field(min_length=1)
-    thoughts: list[str] = Field(min_length=1, max_length=MAX_SAMPLES)
+    instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
+    thoughts: list[Annotated[Text, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
+        min_length=1, max_length=MAX_SAMPLES)
     screenshot: ImageRef
-    history: list[HistoryStep] = Field(default_factory=list)
+    history: list[HistoryStep] = Field(default_factory=list, max_length=MAX_HISTORY)
     screen_width: int = Field(default=1280, ge=1, le=16_384)
     screen_height: int = Field(default=800, ge=1, le=16_384)
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
@@ -139,8 +178,12 @@ class JudgeStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     screenshot: ImageRef
-    thought: str | None = None
-    action: str | None = None
+    thought: Text | None = Field(default=None, max_length=MAX_TEXT)
+    action: Text | None = Field(default=None, max_length=MAX_TEXT)
+
+
+Side = Annotated[int, Field(ge=28, le=8192)]
+ModelName = Annotated[Text, Field(min_length=1, max_length=200)]
 
 
 class JudgePolicy(BaseModel):
@@ -149,17 +192,19 @@ class JudgePolicy(BaseModel):
     votes: int = Field(default=4, ge=1, le=16, description="voting@k")
     temperature: float = Field(default=1.0, ge=0, le=2)
     multi_resolution: bool = True
-    low_resolution: tuple[int, int] = (960, 540)
+    low_resolution: tuple[Side, Side] = Field(default=(960, 540),
+                                              description="(width, height) of the first pass")
     max_frames: int = Field(default=16, ge=2, le=256)
-    models: list[str] | None = Field(default=None, description="ensemble; default configured")
+    models: list[ModelName] | None = Field(default=None, max_length=16,
+                                           description="ensemble; default configured")
     label_rule: LabelRule = LabelRule.CLEAN_ONLY
 
 
 class JudgeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str = Field(min_length=1)
-    steps: list[JudgeStep] = Field(min_length=1)
+    instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
+    steps: list[JudgeStep] = Field(min_length=1, max_length=1024)
     policy: JudgePolicy = Field(default_factory=JudgePolicy)
 
 
@@ -173,10 +218,10 @@ class InstructionCheckRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str = Field(min_length=1)
-    app: str = Field(min_length=1, description="the application the task is for")
+    instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
+    app: Text = Field(min_length=1, max_length=200, description="the application the task is for")
     screenshot: ImageRef | None = Field(default=None, description="the initial state")
-    model: str | None = Field(default=None, description="judge model; default the first one")
+    model: ModelName | None = Field(default=None, description="judge model; default the first one")
 
 
 class InstructionCheck(BaseModel):

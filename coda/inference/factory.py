@@ -1,28 +1,25 @@
-"""Build a chat backend by kind: ``"transformers"`` (in-process) or ``"openai"`` (HTTP)."""
+"""Build the chat backend a :class:`~coda.inference.spec.BackendSpec` describes."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from coda.inference.base import ChatBackend
+from coda.inference.spec import BackendSpec
 
-BACKEND_KINDS = ("transformers", "openai")
 
+def make_backend(spec: BackendSpec) -> ChatBackend:
+    """The backend of ``spec`` (blocking: a transformers backend loads its model; only that
+    kind imports torch)."""
+    if spec.backend == "transformers":
+        from coda.inference.transformers_local import DEFAULT_MAX_PIXELS, TransformersBackend
 
-def make_backend(kind: str, **kwargs: Any) -> ChatBackend:
-    """A backend of ``kind``; ``kwargs`` go to its constructor.
+        dtype = None if spec.dtype == "auto" and spec.device == "cpu" else spec.dtype
+        return TransformersBackend(
+            spec.model, device=spec.device, dtype=dtype,
+            max_pixels=spec.max_pixels or DEFAULT_MAX_PIXELS, context_tokens=spec.context_tokens)
+    from coda.inference.openai_compat import OpenAICompatBackend
 
-    * ``"transformers"``: ``model_path``, ``device``, ``dtype``, ``max_pixels``
-      (:class:`~coda.inference.transformers_local.TransformersBackend`; imports torch).
-    * ``"openai"``: ``base_url``, ``model``, ``api_key``, ``timeout``, ``retries``
-      (:class:`~coda.inference.openai_compat.OpenAICompatBackend`; no torch).
-    """
-    if kind == "transformers":
-        from coda.inference.transformers_local import TransformersBackend
-
-        return TransformersBackend(**kwargs)
-    if kind == "openai":
-        from coda.inference.openai_compat import OpenAICompatBackend
-
-        return OpenAICompatBackend(**kwargs)
-    raise ValueError(f"backend kind: expected one of {BACKEND_KINDS}, got {kind!r}")
+    assert spec.base_url is not None  # BackendSpec requires it for 'openai'
+    return OpenAICompatBackend(
+        spec.base_url, spec.model,
+        api_key=spec.api_key.get_secret_value() if spec.api_key else None,
+        timeout=spec.backend_timeout_s, retries=spec.backend_retries)

@@ -1,7 +1,8 @@
 """Images in OpenAI chat messages: decode parts to PIL, encode PIL/bytes to data URLs, bound size.
 
 An OpenAI image part is ``{"type": "image_url", "image_url": {"url": URL}}``; ``URL`` is a
-``data:image/...;base64,...`` URL, a local path or any fsspec URL (``file://``, ``s3://``...).
+``data:image/...;base64,...`` URL, a local path or a ``file://`` URL. Nothing here reaches the
+network: the services resolve screenshots (:mod:`coda.imagerefs`) and hand data URLs on.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ _DATA_PREFIX = "data:"
 
 
 def decode_image(url: str) -> Image.Image:
-    """Load an image from a ``data:`` URL, a local path or an fsspec URL, as RGB."""
+    """Load an image from a ``data:`` URL, a local path or a ``file://`` URL, as RGB."""
     if url.startswith(_DATA_PREFIX):
         raw = _decode_data_url(url)
+    elif "://" in url and not url.startswith("file://"):
+        raise ValueError("image_url: only data: URLs, local paths and file:// URLs are read")
     else:
         try:
             with fsspec.open(url, "rb") as fh:
@@ -31,7 +34,7 @@ def decode_image(url: str) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(raw))
         image.load()
-    except (OSError, Image.DecompressionBombError) as exc:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise ValueError(f"image_url: not a decodable image ({url[:60]!r}...): {exc}") from exc
     return image.convert("RGB")
 

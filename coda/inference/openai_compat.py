@@ -7,9 +7,13 @@
   ``continue_final_message: true, add_generation_prompt: false``.
 * Adapters: the request's ``model`` is ``options.adapter`` (a LoRA name) or the default model;
   ``load_adapter`` / ``unload_adapter`` use vLLM's runtime LoRA endpoints
-  (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``--enable-lora``).
-* Transport errors, 429 and 5xx are retried with exponential backoff; other errors raise
-  :class:`~coda.inference.base.BackendError` at once, with the server's message.
+  (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``--enable-lora``). Their outcome is read from
+  the status codes vLLM gives (vllm/entrypoints/openai/serving_models.py): load 200 = loaded,
+  404 = no adapter at the path, 400 = not loadable (or a name already taken: the backend
+  asks ``/v1/models`` first, where vLLM lists loaded adapters); unload 200 or 404 = gone.
+* Transport errors, 408, 429 and 5xx are retried by :func:`coda.clients.base.http_retry`
+  (the one retry policy); other 4xx raise :class:`~coda.inference.base.BackendRejected`.
+* Temperatures below :data:`~coda.inference.base.GREEDY_BELOW` are sent as 0 (greedy).
 * Usage: prompt tokens from ``usage``; completion tokens per choice from ``token_ids`` when
   the server returns them, else ``usage.completion_tokens`` shared evenly among the choices.
 """
@@ -17,12 +21,21 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
 import httpx
 
-from coda.inference.base import BackendError, ChatMessage, Completion, GenerateOptions
+from coda.clients.base import http_retry, retry_after
+from coda.inference.base import (
+    AdapterInvalid,
+    AdapterNotFound,
+    BackendError,
+    BackendRejected,
+    ChatMessage,
+    Completion,
+    GenerateOptions,
+    is_greedy,
+)
 from coda.logging import get_logger
 
 log = get_logger(__name__)
@@ -45,7 +58,7 @@ def build_request(
         "model": options.adapter or model,
         "messages": messages,
         "max_tokens": options.max_tokens,
-        "temperature": options.temperature,
+        "temperature": 0.0 if is_greedy(options.temperature) else options.temperature,
         "top_p": options.top_p,
     }
     if n != 1:
@@ -117,30 +130,32 @@ class OpenAICompatBackend:
     # -- HTTP with retries --
 
     async def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                response = await self._client.request(method, path, json=json)
-            except httpx.TransportError as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                retry_after = None
-            else:
-                if response.status_code < 400:
-                    return response
-                error = f"HTTP {response.status_code}: {response.text[:500]}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise BackendError(f"{method} {path}: {error}")
-                retry_after = _retry_after(response)
-            if attempt >= self.retries:
-                raise BackendError(f"{method} {path}: {error} (after {attempt + 1} attempts)")
-            delay = retry_after if retry_after is not None else self._backoff(attempt)
-            log.warning("backend_retry", path=path, attempt=attempt + 1, error=error, delay_s=delay)
-            await asyncio.sleep(delay)
-            attempt += 1
+        """The answer to ``method path``; transient failures are retried, any other status
+        is returned for the caller to decide on."""
+        attempts = self.retries + 1
+        retrying = http_retry(attempts, _transient, backoff_s=self.backoff_s,
+                              max_backoff_s=self.max_backoff_s)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self._client.request(method, path, json=json)
+                    if response.status_code in RETRY_STATUSES:
+                        raise _Retryable(response)
+        except _Retryable as exc:
+            raise BackendError(f"{method} {path}: HTTP {exc.status}: {exc.text} "
+                               f"(after {attempts} attempts)") from exc
+        except httpx.TransportError as exc:
+            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc} "
+                               f"(after {attempts} attempts)") from exc
+        return response
 
-    def _backoff(self, attempt: int) -> float:
-        base = min(self.max_backoff_s, self.backoff_s * 2**attempt)
-        return base * (0.5 + random.random() / 2)  # jitter
+    async def _ok(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        """:meth:`_request`, and a 4xx is :class:`BackendRejected`."""
+        response = await self._request(method, path, json)
+        if response.status_code >= 400:
+            raise BackendRejected(f"{method} {path}: HTTP {response.status_code}: "
+                                  f"{response.text[:500]}", response.status_code)
+        return response
 
     # -- chat --
 
@@ -148,7 +163,7 @@ class OpenAICompatBackend:
         self, messages: list[ChatMessage], options: GenerateOptions, n: int, seed: int | None
     ) -> list[Completion]:
         body = build_request(messages, options, model=self.model, n=n, seed=seed)
-        response = await self._request("POST", "/v1/chat/completions", json=body)
+        response = await self._ok("POST", "/v1/chat/completions", json=body)
         try:
             payload = response.json()
         except ValueError as exc:
@@ -180,24 +195,36 @@ class OpenAICompatBackend:
 
     # -- adapters (vLLM runtime LoRA updating) --
 
-    async def load_adapter(self, version: str, path: str) -> None:
-        """``POST /v1/load_lora_adapter``; an adapter the server already has counts as loaded."""
+    async def _served(self) -> list[str]:
+        response = await self._ok("GET", "/v1/models")
         try:
-            await self._request("POST", "/v1/load_lora_adapter",
-                                json={"lora_name": version, "lora_path": path})
-        except BackendError as exc:
-            if "already" not in str(exc).lower():
-                raise
+            data = response.json().get("data") or []
+        except (ValueError, AttributeError) as exc:
+            raise BackendError(f"GET /v1/models: unexpected body {response.text[:200]!r}") from exc
+        return [str(m.get("id")) for m in data if isinstance(m, dict)]
+
+    async def load_adapter(self, version: str, path: str) -> None:
+        """``POST /v1/load_lora_adapter`` unless ``/v1/models`` lists ``version`` already."""
+        if version not in await self._served():
+            response = await self._request("POST", "/v1/load_lora_adapter",
+                                           json={"lora_name": version, "lora_path": path})
+            detail = f"HTTP {response.status_code}: {response.text[:300]}"
+            if response.status_code == 404:
+                raise AdapterNotFound(f"the model server found no adapter: {detail}")
+            if response.status_code == 400:
+                raise AdapterInvalid(f"the model server cannot load it: {detail}")
+            if response.status_code >= 400:
+                raise BackendError(f"POST /v1/load_lora_adapter: {detail}")
         self._adapters[version] = path
-        log.info("adapter_loaded", version=version, path=path, server=self.base_url)
+        log.info("adapter_loaded", version=version, server=self.base_url)
 
     async def unload_adapter(self, version: str) -> None:
-        """``POST /v1/unload_lora_adapter``; an adapter the server does not know is ignored."""
-        try:
-            await self._request("POST", "/v1/unload_lora_adapter", json={"lora_name": version})
-        except BackendError as exc:
-            if "HTTP 404" not in str(exc) and "not found" not in str(exc).lower():
-                raise
+        """``POST /v1/unload_lora_adapter``; 404 (the server does not have it) counts as done."""
+        response = await self._request("POST", "/v1/unload_lora_adapter",
+                                       json={"lora_name": version})
+        if response.status_code >= 400 and response.status_code != 404:
+            raise BackendError(f"POST /v1/unload_lora_adapter: HTTP {response.status_code}: "
+                               f"{response.text[:300]}")
         self._adapters.pop(version, None)
         log.info("adapter_unloaded", version=version, server=self.base_url)
 
@@ -206,12 +233,7 @@ class OpenAICompatBackend:
 
     async def ready(self) -> dict[str, Any]:
         """``GET /v1/models``; raises :class:`BackendError` when the server does not answer."""
-        response = await self._request("GET", "/v1/models")
-        try:
-            data = response.json().get("data") or []
-        except (ValueError, AttributeError) as exc:
-            raise BackendError(f"GET /v1/models: unexpected body {response.text[:200]!r}") from exc
-        served = [m.get("id") for m in data if isinstance(m, dict)]
+        served = await self._served()
         return {"backend": self.name, "base_url": self.base_url, "model": self.model,
                 "served": served, "adapters": sorted(self._adapters)}
 
@@ -224,9 +246,15 @@ def _nth_seed(seed: int | None, i: int) -> int | None:
     return None if seed is None else seed + i
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return min(float(value), 60.0) if value is not None else None
-    except ValueError:
-        return None
+class _Retryable(Exception):
+    """A transient HTTP status (retried; ``retry_after`` from the server's header)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(response.status_code)
+        self.status = response.status_code
+        self.text = response.text[:500]
+        self.retry_after = retry_after(response)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, _Retryable | httpx.TransportError)

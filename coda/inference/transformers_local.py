@@ -15,7 +15,11 @@ which reuses :attr:`TransformersBackend.model` / :attr:`TransformersBackend.proc
   the last assistant message (the executor's pre-fill), like vLLM's option of that name.
 * LoRA adapters (peft, through transformers' PEFT integration) are loaded under their
   version; ``GenerateOptions.adapter`` selects one, ``None`` runs the base model.
-* ``generate`` runs in a worker thread under a lock, so the event loop stays responsive.
+* ``generate`` runs in a worker thread under a lock, so the event loop stays responsive;
+  ``GenerateOptions.cancel`` (a ``threading.Event``) stops it at the next token.
+* A prompt that with ``max_tokens`` does not fit the model's context raises
+  :class:`~coda.inference.base.PromptTooLong` before anything is generated.
+* Temperatures below :data:`~coda.inference.base.GREEDY_BELOW` decode greedily.
 """
 
 from __future__ import annotations
@@ -35,11 +39,27 @@ from typing import Any
 
 import torch
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor, BatchFeature, GenerationConfig
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    BatchFeature,
+    GenerationConfig,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.processing_utils import ProcessorMixin
 
-from coda.inference.base import BackendError, ChatMessage, Completion, GenerateOptions
+from coda.inference.base import (
+    AdapterInvalid,
+    AdapterNotFound,
+    BackendError,
+    ChatMessage,
+    Completion,
+    GenerateOptions,
+    PromptTooLong,
+    is_greedy,
+)
 from coda.inference.images import bound_pixels, decode_part
 from coda.logging import get_logger
 
@@ -339,8 +359,35 @@ def _takes_features(model: Any) -> bool:
 
 
 def _adapter_key(version: str) -> str:
-    """peft adapter names become module keys: no dots or other punctuation."""
-    return "v_" + re.sub(r"[^0-9A-Za-z_]", "_", version)
+    """peft adapter names become module keys: no dots or other punctuation; a short hash keeps
+    versions apart that differ only in punctuation ("a.b" and "a_b")."""
+    digest = hashlib.sha256(version.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"v_{re.sub(r'[^0-9A-Za-z_]', '_', version)[:64]}_{digest}"
+
+
+class CancelCriteria(StoppingCriteria):
+    """Stops ``generate`` for every sequence once ``event`` is set (the caller is gone)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        done = torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool,
+                          device=input_ids.device)
+        return done  # type: ignore[return-value]
+
+
+def text_chars(conversations: Sequence[Sequence[ChatMessage]]) -> int:
+    """Characters of text in the conversations (their image parts not counted)."""
+    total = 0
+    for messages in conversations:
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                total += len(content)
+            elif isinstance(content, list):
+                total += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, dict))
+    return total
 
 
 class TransformersBackend:
@@ -355,6 +402,7 @@ class TransformersBackend:
         dtype: str | torch.dtype | None = None,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         share_images: bool = True,
+        context_tokens: int | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.device = device
@@ -370,7 +418,16 @@ class TransformersBackend:
         self._lock = threading.Lock()
         self._adapters: dict[str, str] = {}
         self._keys: dict[str, str] = {}
-        log.info("transformers_backend_loaded", model=self.model_path, device=device)
+        text_config = getattr(self.model.config, "text_config", self.model.config)
+        self.context_tokens: int = int(
+            context_tokens or getattr(text_config, "max_position_embeddings", 0) or 32768)
+        """Positions of the model: prompt + max_tokens must fit."""
+        vocab = self.processor.tokenizer.get_vocab()
+        self.max_token_chars = max((len(t) for t in vocab), default=1) or 1
+        """The longest token's text: a prompt of more characters than ``context_tokens`` times
+        this cannot fit, whatever it tokenizes to, and is refused without tokenizing it."""
+        log.info("transformers_backend_loaded", model=self.model_path, device=device,
+                 context_tokens=self.context_tokens)
 
     # -- generation --
 
@@ -391,7 +448,7 @@ class TransformersBackend:
     def _generation_config(self, options: GenerateOptions) -> GenerationConfig:
         config = copy.deepcopy(self.model.generation_config)
         config.max_new_tokens = options.max_tokens
-        config.do_sample = options.temperature > 0
+        config.do_sample = not is_greedy(options.temperature)
         # Greedy samples are identical: generate one and repeat it (generate refuses n > 1).
         config.num_return_sequences = options.n if config.do_sample else 1
         if config.do_sample:
@@ -405,9 +462,17 @@ class TransformersBackend:
             config.pad_token_id = self.processor.tokenizer.pad_token_id
         return config
 
+    def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Raise :class:`PromptTooLong` unless ``prompt_tokens + max_tokens`` fit the context."""
+        if prompt_tokens + max_tokens > self.context_tokens:
+            raise PromptTooLong(prompt_tokens, max_tokens, self.context_tokens)
+
     def _generate(
         self, conversations: list[list[ChatMessage]], options: GenerateOptions
     ) -> list[list[Completion]]:
+        chars = text_chars(conversations)
+        if chars > self.context_tokens * self.max_token_chars:  # surely too long: skip tokenizing
+            self.check_fits(chars // self.max_token_chars, options.max_tokens)
         batch = prepare_prompts(
             self.processor, conversations,
             continue_final_message=options.continue_final_message, max_pixels=self.max_pixels,
@@ -420,14 +485,19 @@ class TransformersBackend:
             inputs = processor_inputs(self.processor, batch).to(self.device)
         config = self._generation_config(options)
         prompt_len = int(inputs["input_ids"].shape[1])
+        self.check_fits(prompt_len, options.max_tokens)
+        stopping = StoppingCriteriaList(
+            [CancelCriteria(options.cancel)] if options.cancel is not None else [])
         with self._lock:
+            if options.cancel is not None and options.cancel.is_set():
+                raise BackendError("generation cancelled: the caller is gone")
             if options.seed is not None:
                 torch.manual_seed(options.seed)
             with torch.inference_mode(), self._adapter_scope(options.adapter):
                 extra = {} if encoded is None else self.image_encoder_outputs(encoded)
                 output = self.model.generate(
                     **inputs, **extra, generation_config=config,
-                    tokenizer=self.processor.tokenizer,
+                    tokenizer=self.processor.tokenizer, stopping_criteria=stopping,
                 )
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
         new_tokens = output[:, prompt_len:].tolist()
@@ -491,7 +561,7 @@ class TransformersBackend:
 
     def _load_adapter(self, version: str, path: str) -> None:
         if not Path(path, "adapter_config.json").is_file():
-            raise BackendError(f"path: no adapter_config.json in {path!r}")
+            raise AdapterNotFound("no adapter_config.json in the adapter directory")
         key = _adapter_key(version)
         with self._lock:
             if version in self._keys:
@@ -500,10 +570,21 @@ class TransformersBackend:
             try:
                 self.model.load_adapter(path, adapter_name=key)
             except Exception as exc:  # peft raises many types for a bad adapter
-                raise BackendError(f"adapter {version!r}: cannot load {path!r}: {exc}") from exc
+                self._forget_partial(key)
+                raise AdapterInvalid(f"not a LoRA adapter of this model: "
+                                     f"{type(exc).__name__}: {str(exc)[:300]}") from exc
             self._keys[version] = key
             self._adapters[version] = path
         log.info("adapter_loaded", version=version, path=path)
+
+    def _forget_partial(self, key: str) -> None:
+        """Remove whatever a failed ``load_adapter`` left registered under ``key``."""
+        config = getattr(self.model, "peft_config", None) or {}
+        if key in config:
+            try:
+                self.model.delete_adapter(key)
+            except Exception as exc:  # best effort: the load already failed
+                log.warning("adapter_cleanup_failed", key=key, error=str(exc)[:200])
 
     async def unload_adapter(self, version: str) -> None:
         """Delete the adapter ``version``; unknown versions are ignored."""

@@ -3,9 +3,10 @@
 The layout reproduces how CODA drives UI-TARS-1.5 (reference/prompts.md, "Executor"): CODA
 reuses the planner's message history, turns the system message into a user message holding
 :data:`UI_TARS_15_PROMPT`, keeps the history turns, and ends with an assistant message
-pre-filled with ``"Thought: <thought>\\nAction: "`` that the model continues
-(``GenerateOptions(continue_final_message=True)``). As in UI-TARS's own agent, only the last
-``history_n`` (5) screenshots are sent; older turns keep their text.
+pre-filled with the planner's text up to its action, ``"<thought>\\nAction: "``, that the
+model continues (``GenerateOptions(continue_final_message=True)``); see :func:`prefill`.
+As in UI-TARS's own agent, only the last ``history_n`` (5) screenshots are sent; older turns
+keep their text.
 """
 
 from __future__ import annotations
@@ -80,8 +81,18 @@ def thought_body(thought: str) -> str:
 
 
 def prefill(thought: str) -> str:
-    """The assistant pre-fill the executor continues: ``Thought: <thought>\\nAction: ``."""
-    return f"Thought: {thought_body(thought)}\nAction: "
+    """The assistant pre-fill the executor continues.
+
+    CODA (ScienceBoard's planner/executor loop) takes the planner's reply, cuts it at the
+    first ``"\\nAction"``, strips it and appends ``"\\nAction: "``: the planner's
+    ``Thought: ...`` text is kept byte for byte. A bare thought (the parsed ``Plan.thought``,
+    without the ``Thought:`` label the planner writes) gets that label first, so both forms
+    give the pre-fill CODA builds from the planner's reply.
+    """
+    head = thought.split("\nAction", 1)[0].strip("\n").strip()
+    if not _THOUGHT_PREFIX.match(head):
+        head = f"Thought: {head}"
+    return f"{head}\nAction: "
 
 
 def turn_text(thought: str, action_text: str | None = None) -> str:

@@ -1,28 +1,32 @@
-"""One reader for screenshots given as ImageRef: inline base64, store keys, URLs and paths."""
+"""The one screenshot reader: inline images and artifact-store keys, through ONE rule."""
 
 from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Callable
+import os
+import struct
+import zlib
 from pathlib import Path
 
-import fsspec
 import pytest
 from PIL import Image
+from pydantic import ValidationError
 
 from coda.artifacts import ArtifactStore
 from coda.contracts.services_api import ImageRef
 from coda.imagerefs import (
+    ImageLimits,
     ImageRefError,
-    decode_image_ref,
-    load_image_ref,
-    open_image,
+    ScreenshotReader,
+    check_image,
+    decode_b64,
     read_ref,
     ref_field,
 )
 
 FIELD = ("steps", 2, "screenshot")
+MISSING = f"sha256/ab/{'ab' * 32}.png"
 
 
 def image_bytes(fmt: str = "PNG", size: tuple[int, int] = (12, 8)) -> bytes:
@@ -31,116 +35,163 @@ def image_bytes(fmt: str = "PNG", size: tuple[int, int] = (12, 8)) -> bytes:
     return buf.getvalue()
 
 
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height, with one tiny (wrong) IDAT chunk."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+            + chunk(b"IEND", b""))
+
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def decode_error(image: ImageRef, artifacts_url: str = "/unused") -> ImageRefError:
+def read_error(reader: ScreenshotReader, image: ImageRef) -> ImageRefError:
     with pytest.raises(ImageRefError) as info:
-        decode_image_ref(image, FIELD, artifacts_url)
+        reader.read(image, FIELD)
     return info.value
 
 
+@pytest.fixture
+def reader(tmp_path: Path) -> ScreenshotReader:
+    return ScreenshotReader(str(tmp_path / "store"))
+
+
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
-def test_inline_base64_of_each_format(fmt: str) -> None:
+def test_inline_base64_of_each_format(reader: ScreenshotReader, fmt: str) -> None:
     data = image_bytes(fmt)
-    assert decode_image_ref(ImageRef(b64=b64(data)), FIELD, "/unused") == data
+    checked = reader.read(ImageRef(b64=b64(data)), FIELD)
+    assert checked.data == data and checked.size == (12, 8)
 
 
-def test_inline_data_url() -> None:
+@pytest.mark.parametrize("prefix", ["data:image/png;base64,", "DATA:image/PNG;base64,",
+                                    "data:image/jpeg;base64,", "data:image/webp;base64,"])
+def test_inline_data_url(reader: ScreenshotReader, prefix: str) -> None:
     data = image_bytes()
-    image = ImageRef(b64=f"data:image/png;base64,{b64(data)}")
-    assert decode_image_ref(image, FIELD, "/unused") == data
+    assert reader.read(ImageRef(b64=prefix + b64(data)), FIELD).data == data
+
+
+def test_wrapped_base64_lines_are_accepted() -> None:
+    data = image_bytes(size=(60, 40))
+    wrapped = "\n".join(b64(data)[i:i + 76] for i in range(0, len(b64(data)), 76))
+    assert decode_b64(wrapped, ("b64",)) == data
 
 
 @pytest.mark.parametrize(("payload", "message"), [
     ("%%% not base64", "not valid base64"),
+    ("data:image/png;base64", "a data URL must look like"),
+    ("data:image/png,abc", "a data URL must look like"),
+    ("data:text/plain;base64,aGk=", "a data URL must look like"),
+    ("data:image/png;base64,@@", "not valid base64"),
     (b64(b"just some text"), "not a PNG, JPEG or WebP image"),
     (b64(image_bytes("GIF")), "not a PNG, JPEG or WebP image"),
+    (b64(image_bytes(size=(200, 100))[:60]), "not a decodable image"),
+    (b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 40), "not a decodable image"),
 ])
-def test_bad_inline_image_names_the_b64_field(payload: str, message: str) -> None:
-    error = decode_error(ImageRef(b64=payload))
-    assert isinstance(error, ValueError)
-    assert error.field == (*FIELD, "b64")
-    assert not error.missing
+def test_bad_inline_image_names_the_b64_field(reader: ScreenshotReader, payload: str,
+                                              message: str) -> None:
+    error = read_error(reader, ImageRef(b64=payload))
+    assert error.field == (*FIELD, "b64") and error.status == 422 and not error.missing
     assert message in str(error)
 
 
-@pytest.mark.parametrize("url_of", [str, lambda p: f"file://{p}"], ids=["path", "file-url"])
-def test_store_key_under_the_artifacts_url(tmp_path: Path, url_of: Callable[[Path], str],
-                                           ) -> None:
-    data = image_bytes()
-    key = ArtifactStore(str(tmp_path)).put(data, "image/png")
-    assert decode_image_ref(ImageRef(ref=key), FIELD, url_of(tmp_path)) == data
-
-
-def test_missing_store_key_is_missing(tmp_path: Path) -> None:
-    error = decode_error(ImageRef(ref=f"sha256/ab/{'ab' * 32}.png"), str(tmp_path))
-    assert error.field == (*FIELD, "ref")
-    assert error.missing
-
-
-@pytest.mark.parametrize("key", ["../../etc/passwd", "a.png", "episode/0.png",
-                                 f"sha256/ab/{'ab' * 32}.png/../../x"])
-def test_keys_outside_the_store_shape_are_refused(tmp_path: Path, key: str) -> None:
-    (tmp_path / "a.png").write_bytes(image_bytes())
-    error = decode_error(ImageRef(ref=key), str(tmp_path))
-    assert error.field == (*FIELD, "ref")
-    assert not error.missing
-    assert "invalid artifact key" in str(error)
-
-
-def test_absolute_path_and_full_urls(tmp_path: Path) -> None:
-    data = image_bytes("JPEG")
-    path = tmp_path / "shot.jpg"
-    path.write_bytes(data)
-    assert read_ref(str(path), str(tmp_path)) == data
-    assert read_ref(f"file://{path}", f"file://{tmp_path}") == data
-    with fsspec.open("memory://coda-imagerefs/shot.jpg", "wb") as fh:
-        fh.write(data)
-    assert decode_image_ref(ImageRef(ref="memory://coda-imagerefs/shot.jpg"), FIELD, "/x") == data
-
-
-@pytest.mark.parametrize("ref", ["/no/such/dir/shot.png", "memory://coda-imagerefs/none.png"])
-def test_missing_path_or_url_is_missing(ref: str) -> None:
-    error = decode_error(ImageRef(ref=ref), artifacts_url="/no/such")
-    assert error.field == (*FIELD, "ref")
-    assert error.missing
-
-
-@pytest.mark.parametrize("ref", ["/etc/passwd", "file:///etc/passwd", "/tmp/../etc/passwd",
-                                 "ftp://example.org/x.png", "{root}/../outside.png"])
-def test_refs_outside_the_store_are_refused(tmp_path: Path, ref: str) -> None:
-    root = tmp_path / "store"
-    root.mkdir()
-    (tmp_path / "outside.png").write_bytes(image_bytes("PNG"))
-    error = decode_error(ImageRef(ref=ref.format(root=root)), artifacts_url=str(root))
-    assert error.field == (*FIELD, "ref") and not error.missing
-    assert "not allowed" in str(error) or "only read inside" in str(error)
-
-
-def test_ref_that_is_not_an_image(tmp_path: Path) -> None:
-    (tmp_path / "notes.png").write_bytes(b"not an image")
-    error = decode_error(ImageRef(ref=str(tmp_path / "notes.png")), artifacts_url=str(tmp_path))
-    assert error.field == (*FIELD, "ref")
-    assert not error.missing
-
-
-async def test_load_image_ref_off_the_loop(tmp_path: Path) -> None:
+def test_store_key(tmp_path: Path) -> None:
     data = image_bytes("WEBP")
     key = ArtifactStore(str(tmp_path)).put(data, "image/webp")
-    assert await load_image_ref(ImageRef(ref=key), ("screenshot",), str(tmp_path)) == data
+    for url in (str(tmp_path), f"file://{tmp_path}"):
+        assert ScreenshotReader(url).read(ImageRef(ref=key), FIELD).data == data
+
+
+def test_missing_key_is_missing(reader: ScreenshotReader) -> None:
+    error = read_error(reader, ImageRef(ref=MISSING))
+    assert error.field == (*FIELD, "ref") and error.missing and error.status == 422
+    assert "store" not in str(reader.store.root) or str(reader.store.root) not in str(error)
+
+
+@pytest.mark.parametrize("ref", ["../../etc/passwd", "/etc/passwd", "file:///etc/passwd",
+                                 "http://127.0.0.1:9/x.png", "s3://bucket/x.png",
+                                 "episode/0.png", f"{MISSING}/../../x"])
+def test_a_ref_is_only_a_store_key(ref: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ImageRef(ref=ref)
+    assert info.value.errors()[0]["loc"] == ("ref",)
+
+
+def test_symlink_out_of_the_store_is_refused(tmp_path: Path) -> None:
+    store_dir, outside = tmp_path / "store", tmp_path / "secret.png"
+    outside.write_bytes(image_bytes())
+    key = ArtifactStore(str(store_dir)).put(image_bytes(size=(5, 5)), "image/png")
+    target = store_dir / key
+    target.unlink()
+    target.symlink_to(outside)
+    error = read_error(ScreenshotReader(str(store_dir)), ImageRef(ref=key))
+    assert error.field == (*FIELD, "ref") and "links outside the artifact store" in str(error)
+    assert str(tmp_path) not in str(error)
+    # a symlink that stays inside the store is fine
+    inner = ArtifactStore(str(store_dir)).put(image_bytes(size=(7, 7)), "image/png")
+    os.replace(store_dir / inner, store_dir / "real.png")
+    (store_dir / inner).symlink_to(store_dir / "real.png")
+    assert ScreenshotReader(str(store_dir)).read(ImageRef(ref=inner), FIELD).size == (7, 7)
+
+
+def test_pixel_limit_is_checked_before_decoding() -> None:
+    limits = ImageLimits(max_pixels=100 * 100)
+    for data in (png_header_only(20_000, 20_000), png_header_only(101, 100)):
+        with pytest.raises(ImageRefError) as info:
+            check_image(data, ("b64",), limits)  # the IDAT is wrong: it was never decoded
+        assert info.value.status == 413 and "exceeds the limit" in str(info.value)
+    bomb = png_header_only(100_000, 100_000)  # beyond Pillow's own bomb threshold
     with pytest.raises(ImageRefError) as info:
-        await load_image_ref(ImageRef(b64="!!"), ("screenshot",), str(tmp_path))
+        check_image(bomb, ("b64",), ImageLimits())
+    assert info.value.status == 413
+    assert check_image(image_bytes(size=(100, 100)), ("b64",), limits).size == (100, 100)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP"])
+def test_pixel_limit_for_jpeg_and_webp(fmt: str) -> None:
+    with pytest.raises(ImageRefError) as info:
+        check_image(image_bytes(fmt, (300, 200)), ("b64",), ImageLimits(max_pixels=300 * 199))
+    assert info.value.status == 413
+
+
+@pytest.mark.parametrize("size", [(3000, 10), (10, 3000), (1001, 20)])
+def test_extreme_aspect_ratio_is_a_clear_422(size: tuple[int, int]) -> None:
+    with pytest.raises(ImageRefError) as info:
+        check_image(image_bytes(size=size), ("b64",), ImageLimits())
+    assert info.value.status == 422 and "aspect ratio" in str(info.value)
+    assert check_image(image_bytes(size=(1000, 20)), ("b64",), ImageLimits()).size == (1000, 20)
+
+
+def test_oversized_store_object_is_413(tmp_path: Path) -> None:
+    key = ArtifactStore(str(tmp_path)).put(image_bytes(size=(300, 300)), "image/png")
+    small = ScreenshotReader(str(tmp_path), ImageLimits(max_bytes=100))
+    error = read_error(small, ImageRef(ref=key))
+    assert error.status == 413 and error.field == (*FIELD, "ref")
+
+
+async def test_aread_off_the_loop(tmp_path: Path) -> None:
+    key = ArtifactStore(str(tmp_path)).put(image_bytes("JPEG"), "image/jpeg")
+    reader = ScreenshotReader(str(tmp_path))
+    assert (await reader.aread(ImageRef(ref=key), ("screenshot",))).mime == "image/jpeg"
+    with pytest.raises(ImageRefError) as info:
+        await reader.aread(ImageRef(b64="!!"), ("screenshot",))
     assert info.value.field == ("screenshot", "b64")
 
 
-def test_open_image_and_ref_field() -> None:
-    assert open_image(image_bytes(size=(20, 10)), ("s", "b64")).size == (20, 10)
-    truncated = image_bytes(size=(200, 100))[:60]
-    with pytest.raises(ImageRefError) as info:
-        open_image(truncated, ("s", "ref"))
-    assert info.value.field == ("s", "ref")
-    assert "not a decodable image" in str(info.value)
-    assert ref_field(ImageRef(ref="k"), ("a", 1)) == ("a", 1, "ref")
+def test_ref_field() -> None:
+    assert ref_field(ImageRef(ref=MISSING), ("a", 1)) == ("a", 1, "ref")
     assert ref_field(ImageRef(b64="k"), ()) == ("b64",)
+
+
+def test_read_ref_reads_a_key_through_the_store(tmp_path: Path) -> None:
+    data = image_bytes()
+    key = ArtifactStore(str(tmp_path)).put(data, "image/png")
+    assert read_ref(key, str(tmp_path)) == data
+    for bad in ("/etc/passwd", "../x.png", "http://127.0.0.1:9/x.png"):
+        with pytest.raises(ImageRefError):
+            read_ref(bad, str(tmp_path))

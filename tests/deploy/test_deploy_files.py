@@ -152,7 +152,7 @@ def test_compose_env_validates_with_the_example_values(name: str, clean_env: pyt
         clean_env.setenv(key, interpolate(raw, example))
     settings: Any = cls()
     if name == "planner":
-        assert settings.backend_kwargs()["base_url"] == "http://vllm-planner:8000/v1"
+        assert settings.spec().base_url == "http://vllm-planner:8000/v1"
         assert settings.model == example["CODA_VLLM_PLANNER_MODEL"]
     if name == "executor":
         assert settings.backend == "openai"
@@ -160,7 +160,10 @@ def test_compose_env_validates_with_the_example_values(name: str, clean_env: pyt
     if name == "judge":
         (spec,) = settings.models
         assert spec.backend == "openai"
-        assert spec.options["model"] == example["CODA_VLLM_JUDGE_MODEL"]
+        assert spec.model == example["CODA_VLLM_JUDGE_MODEL"]
+    if name in ("planner", "executor", "judge"):
+        settings.check_secrets()  # the example's tokens are long enough to start
+        assert settings.artifacts_url == "/data/artifacts"
     if name == "master":
         assert settings.database_url.startswith("postgresql+asyncpg://coda:")
         assert settings.worker_tokens == example["CODA_WORKER_TOKENS"].split(",")

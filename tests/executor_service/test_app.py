@@ -7,6 +7,7 @@ the model continues, and 422 naming the field for bad input."""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,17 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.inference.base import ChatMessage, Completion, GenerateOptions
+from coda.inference.factory import make_backend
 from coda.inference.transformers_local import (
     TransformersBackend,
     render_prompt,
     to_processor_messages,
 )
+from coda.procs import free_port
 from executor_service.app import create_app
-from executor_service.backend import build_backend
 from executor_service.logic import generate_each
 from executor_service.settings import ExecutorSettings
-from tests.executor_service.conftest import RunningExecutor, png_b64, png_bytes
-from tests.fixtures.models import free_port
+from tests.fixtures.services import TOKENS, RunningService, asgi_client, image_b64, png_bytes
 
 SAMPLING = Sampling(temperature=1.0, top_p=0.9, max_tokens=16, seed=7)
 THOUGHTS = ["Click the File menu.", "Open the Edit menu.", "Scroll down the list.",
@@ -55,43 +56,45 @@ def _check(result: ActResult) -> None:
 
 def _act_body(**over: Any) -> dict[str, Any]:
     body = ActRequest(instruction="Save the file", thought=THOUGHTS[0],
-                      screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
+                      screenshot=ImageRef(b64=image_b64()), sampling=SAMPLING)
     return {**body.model_dump(mode="json", exclude_none=True), **over}
 
 
-async def test_ready(executor_server: RunningExecutor) -> None:
-    async with httpx.AsyncClient(base_url=executor_server.url) as http:
-        resp = await http.get("/readyz")
+@pytest.fixture
+async def http(executor_service: RunningService) -> AsyncIterator[httpx.AsyncClient]:
+    async with executor_service.http() as client:
+        yield client
+
+
+async def test_ready(http: httpx.AsyncClient) -> None:
+    resp = await http.get("/readyz")
     assert resp.status_code == 200
-    assert resp.json()["detail"]["backend"]["backend"] == "transformers"
+    assert resp.json()["detail"]["executor"]["backend"] == "transformers"
 
 
-async def test_act(executor_server: RunningExecutor) -> None:
-    async with httpx.AsyncClient(base_url=executor_server.url, timeout=120) as http:
-        resp = await http.post("/v1/act", json=_act_body(), headers={"x-request-id": "req-1"})
+async def test_act(http: httpx.AsyncClient) -> None:
+    resp = await http.post("/v1/act", json=_act_body(), headers={"x-request-id": "req-1"})
     assert resp.status_code == 200
     assert resp.headers["x-request-id"] == "req-1"
     _check(ActResult.model_validate(resp.json()))
 
 
-async def test_act_with_artifact_refs_and_history(executor_server: RunningExecutor) -> None:
-    shots = executor_server.artifacts / "episode-1"
-    shots.mkdir(exist_ok=True)
-    (shots / "0.png").write_bytes(png_bytes(color=(10, 10, 10)))
-    (shots / "1.png").write_bytes(png_bytes(color=(200, 200, 200)))
+async def test_act_with_store_keys_and_history(executor_service: RunningService) -> None:
+    store = executor_service.store
+    old, new = store.put(png_bytes(color=(10, 10, 10))), store.put(png_bytes(color=(200, 0, 0)))
     history = [HistoryStep(thought="Thought: Open the menu.\nAction: click File",
                            action_text="click(start_box='(10,20)')",
-                           screenshot=ImageRef(ref="episode-1/0.png"))]
+                           screenshot=ImageRef(ref=old))]
     req = ActRequest(instruction="Save the file", thought="Click Save.", history=history,
-                     screenshot=ImageRef(ref=str(shots / "1.png")), sampling=SAMPLING)
-    async with ExecutorClient(executor_server.url, timeout=120) as client:
+                     screenshot=ImageRef(ref=new), sampling=SAMPLING)
+    async with executor_service.client(ExecutorClient) as client:
         _check(await client.act(req))
 
 
-async def test_act_batch_returns_g_results(executor_server: RunningExecutor) -> None:
+async def test_act_batch_returns_g_results(executor_service: RunningService) -> None:
     req = ActBatchRequest(instruction="Save the file", thoughts=THOUGHTS,
-                          screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
-    async with ExecutorClient(executor_server.url, timeout=120) as client:
+                          screenshot=ImageRef(b64=image_b64()), sampling=SAMPLING)
+    async with executor_service.client(ExecutorClient) as client:
         resp = await client.act_batch(req)
     assert isinstance(resp, ActBatchResponse)
     assert len(resp.results) == len(THOUGHTS)
@@ -103,11 +106,14 @@ BAD_BODIES: list[tuple[str, dict[str, Any], list[Any]]] = [
     ("/v1/act", {"thought": None}, ["body", "thought"]),
     ("/v1/act", {"instruction": ""}, ["body", "instruction"]),
     ("/v1/act", {"screen_width": 0}, ["body", "screen_width"]),
-    ("/v1/act", {"screenshot": {"b64": "aGVsbG8=", "ref": "x.png"}}, ["body", "screenshot"]),
+    ("/v1/act", {"screenshot": {"b64": "aGVsbG8=", "ref": f"sha256/ab/{'ab' * 32}.png"}},
+     ["body", "screenshot"]),
     ("/v1/act", {"screenshot": {"b64": "%%% not base64"}}, ["body", "screenshot", "b64"]),
     ("/v1/act", {"screenshot": {"b64": base64.b64encode(b"just text").decode()}},
      ["body", "screenshot", "b64"]),
     ("/v1/act", {"screenshot": {"ref": "missing/shot.png"}}, ["body", "screenshot", "ref"]),
+    ("/v1/act", {"screenshot": {"ref": f"sha256/ab/{'ab' * 32}.png"}},
+     ["body", "screenshot", "ref"]),
     ("/v1/act", {"screenshot": {"ref": "../../etc/passwd"}}, ["body", "screenshot", "ref"]),
     ("/v1/act", {"history": [{"thought": "t", "screenshot": {"b64": "!!"}}]},
      ["body", "history", 0, "screenshot", "b64"]),
@@ -119,20 +125,20 @@ BAD_BODIES: list[tuple[str, dict[str, Any], list[Any]]] = [
 @pytest.mark.parametrize(("path", "over", "loc"), BAD_BODIES,
                          ids=[".".join(map(str, b[2][1:])) + f"@{b[0]}" for b in BAD_BODIES])
 async def test_bad_input_is_422_naming_the_field(
-    executor_server: RunningExecutor, path: str, over: dict[str, Any], loc: list[Any]
+    http: httpx.AsyncClient, path: str, over: dict[str, Any], loc: list[Any]
 ) -> None:
     body = {k: v for k, v in _act_body(**over).items() if v is not None}
     if path.endswith("batch"):
         body.pop("thought", None)
-    async with httpx.AsyncClient(base_url=executor_server.url, timeout=60) as http:
-        resp = await http.post(path, json=body)
+    resp = await http.post(path, json=body)
     assert resp.status_code == 422, resp.text
     assert loc in [d["loc"] for d in resp.json()["detail"]]
 
 
-async def test_client_reports_422(executor_server: RunningExecutor) -> None:
-    req = ActRequest(instruction="x", thought="y", screenshot=ImageRef(ref="nope.png"))
-    async with ExecutorClient(executor_server.url, timeout=60) as client:
+async def test_client_reports_422(executor_service: RunningService) -> None:
+    req = ActRequest(instruction="x", thought="y", sampling=SAMPLING,
+                     screenshot=ImageRef(ref=f"sha256/ab/{'ab' * 32}.png"))
+    async with executor_service.client(ExecutorClient) as client:
         with pytest.raises(ServiceError) as info:
             await client.act(req)
     assert info.value.status == 422
@@ -176,15 +182,13 @@ def recording_backend(tiny_model_dir: Path) -> RecordingBackend:
 async def test_batch_is_one_call_and_prefill_is_continued(
     recording_backend: RecordingBackend, tmp_path: Path
 ) -> None:
-    settings = ExecutorSettings(model="unused", artifacts_url=str(tmp_path))
+    settings = ExecutorSettings(model="unused", artifacts_url=str(tmp_path), **TOKENS.env())
     app = create_app(settings, backend=recording_backend)
     recording_backend.calls.clear()
     req = ActBatchRequest(instruction="Save the file", thoughts=THOUGHTS,
-                          screenshot=ImageRef(b64=png_b64()), sampling=SAMPLING)
-    transport = httpx.ASGITransport(app=app)
-    async with ExecutorClient("http://executor", client=httpx.AsyncClient(
-            transport=transport, base_url="http://executor", timeout=120)) as client:
-        resp = await client.act_batch(req)
+                          screenshot=ImageRef(b64=image_b64()), sampling=SAMPLING)
+    async with asgi_client(app) as http:
+        resp = await ExecutorClient("http://service", client=http).act_batch(req)
     assert len(resp.results) == len(THOUGHTS)
     assert len(recording_backend.calls) == 1  # G thoughts, ONE batched generate
     conversations, options = recording_backend.calls[0]
@@ -215,12 +219,12 @@ async def test_backend_without_chat_batch_gets_concurrent_calls(
 async def test_unreachable_model_server_is_502_and_not_ready(tmp_path: Path) -> None:
     """The openai backend against a port nobody listens on: a clear 502, /readyz 503."""
     settings = ExecutorSettings(backend="openai", base_url=f"http://127.0.0.1:{free_port()}/v1",
-                                model="ui-tars", retries=1, artifacts_url=str(tmp_path))
-    backend = build_backend(settings)
+                                model="ui-tars", backend_retries=0, artifacts_url=str(tmp_path),
+                                **TOKENS.env())
+    backend = make_backend(settings.spec())
     app = create_app(settings, backend=backend)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://executor") as http:
+        async with asgi_client(app, wait_ready=False) as http:
             resp = await http.post("/v1/act", json=_act_body())
             ready = await http.get("/readyz")
     finally:

@@ -1,4 +1,4 @@
-"""Pure parts of the executor: output -> result, images and artifact keys, options."""
+"""Pure parts of the executor: output -> result, the screenshots a prompt shows, options."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Click, Scroll, TypeText, Wait
-from coda.contracts.services_api import ImageRef, Sampling
+from coda.artifacts import ArtifactStore
+from coda.contracts.services_api import HistoryStep, ImageRef, Sampling
+from coda.imagerefs import ImageRefError, ScreenshotReader
 from executor_service.logic import (
-    InputError,
     Screenshot,
-    artifact_url,
     generate_options,
-    read_image,
+    read_screenshot,
+    shown_history,
     to_result,
 )
 from executor_service.settings import ExecutorSettings
-from tests.executor_service.conftest import png_bytes
+from tests.fixtures.services import png_bytes
 
 SHOT = Screenshot(data_url="data:image/png;base64,", width=1280, height=800)
 SETTINGS = ExecutorSettings()
@@ -55,25 +56,27 @@ def test_to_result_maps_from_the_screenshot_size() -> None:
     assert hidpi.action == Click(x=1280, y=800)
 
 
-def test_artifact_url() -> None:
-    assert artifact_url("ep/1.png", "/data/artifacts/") == "/data/artifacts/ep/1.png"
-    assert artifact_url("ep/1.png", "s3://bucket/a") == "s3://bucket/a/ep/1.png"
-    assert artifact_url("s3://other/x.png", "/base") == "s3://other/x.png"
-    assert artifact_url("/abs/x.png", "/base") == "/abs/x.png"
-    with pytest.raises(ValueError, match=r"\.\."):
-        artifact_url("ep/../../secret", "/base")
-
-
-def test_read_image(tmp_path: Path) -> None:
-    (tmp_path / "a.png").write_bytes(png_bytes(64, 40))
-    shot = read_image(ImageRef(ref="a.png"), str(tmp_path), ("screenshot",))
+def test_read_screenshot(tmp_path: Path) -> None:
+    key = ArtifactStore(str(tmp_path)).put(png_bytes((64, 40)), "image/png")
+    reader = ScreenshotReader(str(tmp_path))
+    shot = read_screenshot(reader, ImageRef(ref=key), ("screenshot",))
     assert (shot.width, shot.height) == (64, 40)
     assert shot.data_url.startswith("data:image/png;base64,")
-    inline = read_image(ImageRef(b64=base64.b64encode(png_bytes(8, 6)).decode()), "/x", ("s",))
+    inline = read_screenshot(reader, ImageRef(b64=base64.b64encode(png_bytes((8, 6))).decode()),
+                             ("s",))
     assert (inline.width, inline.height) == (8, 6)
-    with pytest.raises(InputError) as info:
-        read_image(ImageRef(ref="gone.png"), str(tmp_path), ("history", 2, "screenshot"))
-    assert info.value.loc == ("body", "history", 2, "screenshot", "ref")
+    with pytest.raises(ImageRefError) as info:
+        read_screenshot(reader, ImageRef(ref=f"sha256/ab/{'ab' * 32}.png"),
+                        ("history", 2, "screenshot"))
+    assert info.value.field == ("history", 2, "screenshot", "ref")
+
+
+def test_only_the_shown_history_screenshots_are_read() -> None:
+    shot = ImageRef(ref=f"sha256/ab/{'ab' * 32}.png")
+    history = [HistoryStep(thought=str(i), screenshot=shot if i != 5 else None)
+               for i in range(8)]
+    assert shown_history(history, history_n=5) == {3, 4, 6, 7}
+    assert shown_history(history, history_n=1) == set()
 
 
 def test_generate_options() -> None:

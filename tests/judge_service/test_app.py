@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from coda.clients.base import ServiceError
 from coda.clients.judge import InstructionCheckRequest, JudgeClient
 from coda.contracts.services_api import ImageRef, JudgePolicy, JudgeStep
-from tests.judge_service.conftest import png_b64
+from tests.fixtures.services import RunningService, image_b64
+
+
+def png_b64(color: tuple[int, int, int] = (30, 30, 200)) -> str:
+    return image_b64((112, 70), color)
 
 
 def steps(n: int) -> list[JudgeStep]:
     return [JudgeStep(screenshot=ImageRef(b64=png_b64((20 * i, 40, 90))), thought=f"step {i}",
                       action="click(start_box='(1,1)')") for i in range(n)]
+
+
+@pytest.fixture
+async def judge(judge_service: RunningService) -> AsyncIterator[JudgeClient]:
+    async with judge_service.client(JudgeClient) as client:
+        yield client
 
 
 async def test_unparseable_votes_fail_at_low_resolution(judge: JudgeClient) -> None:
@@ -48,6 +60,8 @@ async def test_unknown_model_is_422(judge: JudgeClient) -> None:
      ["body", "steps", 1, "screenshot", "b64"]),
     ({"instruction": "x", "steps": [{"screenshot": {"ref": "missing/0.png"}}]},
      ["body", "steps", 0, "screenshot", "ref"]),
+    ({"instruction": "x", "steps": [{"screenshot": {"ref": f"sha256/ab/{'ab' * 32}.png"}}]},
+     ["body", "steps", 0, "screenshot", "ref"]),
 ])
 async def test_bad_input_is_422_naming_the_field(judge: JudgeClient, body: dict,
                                                  loc: list[object]) -> None:
@@ -57,8 +71,16 @@ async def test_bad_input_is_422_naming_the_field(judge: JudgeClient, body: dict,
     assert loc in [d["loc"] for d in err.value.detail]
 
 
-async def test_instruction_check_unparsed_is_not_ok(judge: JudgeClient) -> None:
-    check = await judge.check_instruction(InstructionCheckRequest(
-        instruction="Plot sin(x) in the 2D view", app="KAlgebra",
-        screenshot=ImageRef(b64=png_b64())))
-    assert check.parsed is False and check.ok is False and isinstance(check.raw, str)
+async def test_instruction_check_unparsed_is_not_ok(judge: JudgeClient,
+                                                    judge_service: RunningService) -> None:
+    for screenshot in (ImageRef(b64=png_b64()), ImageRef(ref=judge_service.store.keys["jpeg"])):
+        check = await judge.check_instruction(InstructionCheckRequest(
+            instruction="Plot sin(x) in the 2D view", app="KAlgebra", screenshot=screenshot))
+        assert check.parsed is False and check.ok is False and isinstance(check.raw, str)
+
+
+async def test_steps_from_the_store(judge: JudgeClient, judge_service: RunningService) -> None:
+    keys = judge_service.store.keys
+    frames = [JudgeStep(screenshot=ImageRef(ref=keys[k])) for k in ("png", "jpeg", "webp")]
+    verdict = (await judge.judge("Plot", frames, JudgePolicy(votes=1, models=["a"]))).verdict
+    assert verdict.correct is False and len(verdict.votes) == 1

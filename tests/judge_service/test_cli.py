@@ -9,10 +9,14 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from judge_service.cli import app
-from tests.judge_service.conftest import png_b64
+from tests.fixtures.services import RunningService, image_b64
 
 
-def test_calibrate_cli(judge_url: str, tmp_path: Path) -> None:
+def png_b64(color: tuple[int, int, int] = (30, 30, 200)) -> str:
+    return image_b64((112, 70), color)
+
+
+def test_calibrate_cli(judge_service: RunningService, tmp_path: Path) -> None:
     (tmp_path / "shots").mkdir()
     (tmp_path / "shots" / "0.png").write_bytes(base64.b64decode(png_b64()))
     lines = [
@@ -24,7 +28,8 @@ def test_calibrate_cli(judge_url: str, tmp_path: Path) -> None:
     data = tmp_path / "labelled.jsonl"
     data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     out = tmp_path / "metrics.json"
-    result = CliRunner().invoke(app, ["calibrate", str(data), "--judge-url", judge_url,
+    result = CliRunner().invoke(app, ["calibrate", str(data), "--judge-url", judge_service.url,
+                                      "--token", judge_service.tokens.inference,
                                       "--votes", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())

@@ -1,10 +1,11 @@
-"""Subsampling of long trajectories."""
+"""Subsampling of long trajectories and low-resolution rescaling."""
 
 from __future__ import annotations
 
 import pytest
+from PIL import Image
 
-from judge_service.frames import select_frames
+from judge_service.frames import fit_within, select_frames
 
 
 @pytest.mark.parametrize(("n", "k", "expected"), [
@@ -33,3 +34,10 @@ def test_select_frames_rejects_bad_arguments() -> None:
         select_frames(5, 1)
     with pytest.raises(ValueError):
         select_frames(-1, 4)
+
+
+def test_fit_within_keeps_aspect_and_never_upscales() -> None:
+    assert fit_within(Image.new("RGB", (1920, 1080)), (960, 540)).size == (960, 540)
+    assert fit_within(Image.new("RGB", (1280, 800)), (960, 540)).size == (864, 540)
+    small = Image.new("RGB", (100, 50))
+    assert fit_within(small, (960, 540)) is small

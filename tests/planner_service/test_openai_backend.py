@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from coda.clients.planner import PlannerClient
@@ -13,29 +13,25 @@ from coda.contracts.services_api import ImageRef, PlanRequest, Sampling
 from planner_service.app import create_app
 from planner_service.cli import app as cli_app
 from planner_service.settings import PlannerSettings
-from tests.planner_service.conftest import png_b64
+from tests.fixtures.services import TOKENS, asgi_client, image_b64
 
 
 async def test_plan_through_openai_backend(transformers_serve_url: str,
                                            tiny_model_dir: Path) -> None:
     settings = PlannerSettings(backend="openai", base_url=f"{transformers_serve_url}/v1",
-                               model=str(tiny_model_dir), backend_retries=1)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://planner") as http:
-            client = PlannerClient("http://planner", client=http, retries=1)
-            resp = await client.plan(PlanRequest(
-                instruction="Plot sin(x)", screenshot=ImageRef(b64=png_b64()), n=2,
-                sampling=Sampling(max_tokens=5)))
+                               model=str(tiny_model_dir), backend_retries=0, **TOKENS.env())
+    async with asgi_client(create_app(settings)) as http:
+        client = PlannerClient("http://service", client=http, retries=1)
+        resp = await client.plan(PlanRequest(
+            instruction="Plot sin(x)", screenshot=ImageRef(b64=image_b64()), n=2,
+            sampling=Sampling(max_tokens=5)))
     assert len(resp.plans) == 2
     assert {p.version for p in resp.plans} == {"base"}
 
 
 def test_openai_backend_needs_a_url() -> None:
-    settings = PlannerSettings(backend="openai", base_url=None)
-    with pytest.raises(ValueError, match="CODA_PLANNER_BASE_URL"):
-        settings.backend_kwargs()
+    with pytest.raises(ValidationError, match="base_url is required"):
+        PlannerSettings(backend="openai", base_url=None)
 
 
 def test_cli_help() -> None:

@@ -27,10 +27,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from PIL import Image
 
-from coda.inference.base import BackendError, ChatBackend, GenerateOptions
+from coda.inference.base import (
+    AdapterInvalid,
+    AdapterNotFound,
+    BackendError,
+    BackendRejected,
+    ChatBackend,
+    GenerateOptions,
+)
 from coda.inference.images import image_part
 from coda.inference.openai_compat import OpenAICompatBackend, build_request, parse_choices
-from tests.fixtures.models import free_port
+from coda.procs import free_port
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": [image_part(Image.new("RGB", (320, 200), (200, 30, 30))),
@@ -74,11 +81,12 @@ async def test_ready_lists_models(served: OpenAICompatBackend) -> None:
 
 async def test_unsupported_features_raise_clear_errors(served: OpenAICompatBackend) -> None:
     prefill = [*MESSAGES, {"role": "assistant", "content": "Thought: x\nAction: "}]
-    with pytest.raises(BackendError, match=r"422.*continue_final_message"):
+    with pytest.raises(BackendRejected, match=r"422.*continue_final_message") as info:
         await served.chat(prefill, GenerateOptions(max_tokens=4, continue_final_message=True))
-    with pytest.raises(BackendError, match=r"400.*pinned"):
+    assert info.value.status == 422
+    with pytest.raises(BackendRejected, match=r"400.*pinned"):
         await served.chat(MESSAGES, GenerateOptions(max_tokens=4, adapter="v1"))
-    with pytest.raises(BackendError, match="404"):
+    with pytest.raises(AdapterNotFound, match="404"):  # no LoRA routes at all: 404
         await served.load_adapter("v1", "/tmp/none")
     assert served.adapters() == {}
 
@@ -97,9 +105,12 @@ async def test_transport_errors_are_retried_then_reported() -> None:
 
 
 def _vllm_like_app(failures: int) -> tuple[FastAPI, list[dict[str, Any]]]:
+    """vLLM's behaviour as its code gives it (vllm/entrypoints/openai/serving_models.py):
+    a name loaded twice is 400, a path without an adapter 404, a bad adapter 400, unloading
+    an unknown name 404; loaded adapters are listed by /v1/models."""
     app = FastAPI()
     seen: list[dict[str, Any]] = []
-    state = {"failures": failures}
+    state: dict[str, Any] = {"failures": failures, "loras": {}}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -113,14 +124,34 @@ def _vllm_like_app(failures: int) -> tuple[FastAPI, list[dict[str, Any]]]:
         return JSONResponse({"choices": choices,
                              "usage": {"prompt_tokens": 11, "completion_tokens": 3 * len(choices)}})
 
-    @app.post("/v1/load_lora_adapter")
-    async def load(request: Request) -> PlainTextResponse:
-        seen.append({"path": "load", **await request.json()})
+    def error(message: str, status: int) -> JSONResponse:
+        return JSONResponse({"object": "error", "message": message, "code": status},
+                            status_code=status)
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"data": [{"id": "planner"},
+                                      *({"id": name} for name in state["loras"])]})
+
+    @app.post("/v1/load_lora_adapter", response_model=None)
+    async def load(request: Request) -> PlainTextResponse | JSONResponse:
+        body = await request.json()
+        seen.append({"path": "load", **body})
+        if body["lora_name"] in state["loras"]:
+            return error(f"The lora adapter '{body['lora_name']}' has already been loaded.", 400)
+        if body["lora_path"].startswith("/missing"):
+            return error("No adapter found for /missing", 404)
+        if body["lora_path"].startswith("/broken"):
+            return error("Loading lora failed: shape mismatch", 400)
+        state["loras"][body["lora_name"]] = body["lora_path"]
         return PlainTextResponse("Success: LoRA adapter loaded")
 
-    @app.post("/v1/unload_lora_adapter")
-    async def unload(request: Request) -> PlainTextResponse:
-        seen.append({"path": "unload", **await request.json()})
+    @app.post("/v1/unload_lora_adapter", response_model=None)
+    async def unload(request: Request) -> PlainTextResponse | JSONResponse:
+        body = await request.json()
+        seen.append({"path": "unload", **body})
+        if state["loras"].pop(body["lora_name"], None) is None:
+            return error(f"The lora adapter '{body['lora_name']}' cannot be found.", 404)
         return PlainTextResponse("Success")
 
     return app, seen
@@ -137,9 +168,46 @@ async def test_vllm_features_and_retries() -> None:
     assert len(seen) == 3 and seen[-1]["n"] == 4 and seen[-1]["model"] == "v3"
 
     await backend.load_adapter("v3", "/adapters/v3")
+    assert seen[-1] == {"path": "load", "lora_name": "v3", "lora_path": "/adapters/v3"}
+    await backend.load_adapter("v3", "/adapters/v3")  # listed by /v1/models: loaded already
+    assert seen[-1]["path"] == "load" and len([x for x in seen if x["path"] == "load"]) == 1
     await backend.unload_adapter("v3")
-    assert seen[-2] == {"path": "load", "lora_name": "v3", "lora_path": "/adapters/v3"}
     assert seen[-1] == {"path": "unload", "lora_name": "v3"}
+    await backend.unload_adapter("v3")  # 404: gone already
+    with pytest.raises(AdapterNotFound):
+        await backend.load_adapter("v4", "/missing/v4")
+    with pytest.raises(AdapterInvalid):
+        await backend.load_adapter("v4", "/broken/v4")
+    assert backend.adapters() == {}
+    await backend.aclose()
+
+
+async def test_tiny_temperature_is_sent_as_greedy() -> None:
+    body = build_request(MESSAGES, GenerateOptions(temperature=5e-324), model="m", n=1,
+                         seed=None)
+    assert body["temperature"] == 0.0
+    assert build_request(MESSAGES, GenerateOptions(temperature=0.5), model="m", n=1,
+                         seed=None)["temperature"] == 0.5
+
+
+async def test_retry_after_is_honoured() -> None:
+    app = FastAPI()
+    calls: list[float] = []
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> JSONResponse:
+        import time
+
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            return JSONResponse({"error": "busy"}, status_code=429, headers={"Retry-After": "0.3"})
+        return JSONResponse({"choices": [{"index": 0, "message": {"content": "ok"}}]})
+
+    backend = OpenAICompatBackend("http://vllm", model="m", retries=1, backoff_s=0.001,
+                                  transport=httpx.ASGITransport(app=app))
+    [completion] = await backend.chat(MESSAGES, GenerateOptions(max_tokens=2))
+    assert completion.text == "ok" and len(calls) == 2
+    assert calls[1] - calls[0] >= 0.25  # waited what the server asked, not the tiny backoff
     await backend.aclose()
 
 

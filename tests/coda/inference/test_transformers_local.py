@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import shutil
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 from PIL import Image
 
-from coda.inference.base import BackendError, ChatBackend, ChatMessage, GenerateOptions
+from coda.inference.base import (
+    AdapterInvalid,
+    AdapterNotFound,
+    BackendError,
+    ChatBackend,
+    ChatMessage,
+    GenerateOptions,
+    PromptTooLong,
+)
 from coda.inference.images import image_part
 from coda.inference.transformers_local import (
     TransformersBackend,
@@ -200,10 +210,68 @@ async def test_adapter_lifecycle(backend: TransformersBackend, tiny_lora_dir: Pa
 
 
 async def test_load_adapter_rejects_a_bad_path(
-    backend: TransformersBackend, tmp_path: Path
+    backend: TransformersBackend, tmp_path: Path, tiny_lora_dir: Path
 ) -> None:
-    with pytest.raises(BackendError, match=r"adapter_config\.json"):
+    with pytest.raises(AdapterNotFound, match=r"adapter_config\.json"):
         await backend.load_adapter("v9", str(tmp_path))
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_lora_dir, broken)
+    for weights in broken.glob("adapter_model.*"):
+        weights.write_bytes(b"not safetensors")
+    with pytest.raises(AdapterInvalid):
+        await backend.load_adapter("v9", str(broken))
+    assert backend.adapters() == {}
+    assert not any(k.startswith("v_v9") for k in (getattr(backend.model, "peft_config", None)
+                                                     or {}))
+
+
+async def test_versions_differing_in_punctuation_are_two_adapters(
+    backend: TransformersBackend, tiny_lora_dir: Path
+) -> None:
+    await backend.load_adapter("a.b", str(tiny_lora_dir))
+    await backend.load_adapter("a_b", str(tiny_lora_dir))
+    try:
+        assert set(backend.adapters()) == {"a.b", "a_b"}
+    finally:
+        await backend.unload_adapter("a.b")
+        await backend.unload_adapter("a_b")
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-5])
+async def test_tiny_temperature_decodes_greedily(backend: TransformersBackend,
+                                                 temperature: float) -> None:
+    messages = _prefilled()
+    [greedy] = await backend.chat(messages, _greedy(max_tokens=6))
+    tiny = await backend.chat(messages, GenerateOptions(n=2, temperature=temperature,
+                                                        max_tokens=6, seed=3))
+    assert [c.text for c in tiny] == [greedy.text, greedy.text]
+
+
+async def test_a_set_cancel_event_stops_generation(backend: TransformersBackend) -> None:
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    # greedy on this prompt never writes an EOS (thousands of tokens): only the event stops it
+    options = GenerateOptions(temperature=0.0, max_tokens=20_000, cancel=cancel)
+    [completion] = await backend.chat(_prefilled(), options)
+    assert completion.finish_reason == "length"
+    assert completion.completion_tokens < 20_000  # stopped long before max_tokens
+    with pytest.raises(BackendError, match="cancelled"):
+        await backend.chat(_prefilled(), options)  # already set: nothing is generated
+
+
+async def test_prompt_beyond_the_context_is_refused(tiny_model_dir: Path) -> None:
+    small = TransformersBackend(tiny_model_dir, max_pixels=56 * 56, context_tokens=512)
+    long_text = [{"role": "user", "content": "click the File menu " * 200}]
+    with pytest.raises(PromptTooLong) as info:
+        await small.chat(long_text, _greedy(max_tokens=8))
+    assert info.value.context == 512 and info.value.prompt_tokens > 512 - 8
+    with pytest.raises(PromptTooLong):  # fits alone, not with max_tokens
+        await small.chat([{"role": "user", "content": "hi"}], _greedy(max_tokens=510))
+    huge = [{"role": "user", "content": "x" * (512 * small.max_token_chars + 1)}]
+    with pytest.raises(PromptTooLong):  # refused without tokenizing
+        await small.chat(huge, _greedy())
+    [ok] = await small.chat([{"role": "user", "content": "hi"}], _greedy(max_tokens=4))
+    assert ok.completion_tokens <= 4
 
 
 def test_messages_conversion_and_pixel_bound(backend: TransformersBackend) -> None:

@@ -101,9 +101,28 @@ def test_builder_is_pure() -> None:
         ("  Thought:   spaced  \n", "spaced"),
     ],
 )
-def test_thought_body_and_prefill(thought: str, body: str) -> None:
+def test_thought_body(thought: str, body: str) -> None:
     assert thought_body(thought) == body
-    assert prefill(thought) == f"Thought: {body}\nAction: "
+
+
+@pytest.mark.parametrize(
+    ("thought", "expected"),
+    [
+        # the planner's reply: CODA's `text.split('\nAction')[0].strip('\n').strip()`
+        # + '\nAction: ', byte for byte (sci/base/agent, the executor call)
+        ("Thought: Click File.\nAction: click(start_box='(1,2)')",
+         "Thought: Click File.\nAction: "),
+        ("Thought: Line one.\nLine two.\nAction: wait()",
+         "Thought: Line one.\nLine two.\nAction: "),
+        ("\n  Thought:   spaced  \n", "Thought:   spaced\nAction: "),
+        ("Thought: Click the File menu.", "Thought: Click the File menu.\nAction: "),
+        # a bare thought (Plan.thought) gets the label the planner writes
+        ("Click the File menu.", "Thought: Click the File menu.\nAction: "),
+        ("Open it.\nActionable: no\nAction: x", "Thought: Open it.\nAction: "),
+    ],
+)
+def test_prefill_is_codas(thought: str, expected: str) -> None:
+    assert prefill(thought) == expected
 
 
 def test_turn_text() -> None:

@@ -7,7 +7,6 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -19,6 +18,7 @@ from coda.taskgen.generate import generate_tasks
 from coda.tasks import TaskSpec, load_tasks, parse_task
 from judge_service.app import create_app
 from judge_service.settings import JudgeSettings
+from tests.fixtures.services import TOKENS, asgi_client
 
 SEEDS = [
     {"type": "KAlgebra", "sort": "2d", "steps": 12, "instruction": "Plot y = x^2 in the 2D graph.",
@@ -29,18 +29,12 @@ SEEDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_backend(tiny_model_dir: Path) -> TransformersBackend:
-    return TransformersBackend(tiny_model_dir, device="cpu", max_pixels=56 * 56)
-
-
 @pytest.fixture
 async def judge_client(tiny_backend: TransformersBackend) -> AsyncIterator[JudgeClient]:
-    judge_app = create_app(JudgeSettings(max_tokens=8), backends={"tiny": tiny_backend})
-    async with judge_app.router.lifespan_context(judge_app):
-        transport = httpx.ASGITransport(app=judge_app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://judge") as http:
-            yield JudgeClient("http://judge", client=http, retries=1)
+    judge_app = create_app(JudgeSettings(max_tokens=8, **TOKENS.env()),
+                           backends={"tiny": tiny_backend})
+    async with asgi_client(judge_app) as http:
+        yield JudgeClient("http://service", client=http, retries=1)
 
 
 async def test_generate_with_judge_screening(tiny_backend: TransformersBackend,
