@@ -152,3 +152,14 @@ class TrainerConfig(BaseSettings):
     def adapter_root(self) -> str:
         """Where versioned adapters are written."""
         return (self.publish_url or f"{self.artifacts_url.rstrip('/')}/adapters").rstrip("/")
+
+    def planner_uri(self, written: str, version: str) -> str:
+        """How a planner service is told where ``version`` is: a folder relative to the
+        artifact store when it was written inside it (the planner reads the store through
+        its own configured URL), else the URL it was written to (then the planners must list
+        that place in ``CODA_PLANNER_ADAPTER_ROOTS``)."""
+        store = self.artifacts_url.rstrip("/")
+        root = self.adapter_root()
+        if root == store or root.startswith(store + "/"):
+            return f"{root[len(store):].strip('/')}/{version}".lstrip("/")
+        return written

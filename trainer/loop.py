@@ -362,7 +362,8 @@ class Trainer:
             if self.lora and self.cfg.planner_urls:
                 keep = [*self.state.versions[-(self.cfg.keep_loaded - 1):], version] \
                     if self.cfg.keep_loaded > 1 else [version]
-                await roll_out(self.cfg.planner_urls, version, uri, keep=keep,
+                await roll_out(self.cfg.planner_urls, version, self.cfg.planner_uri(uri, version),
+                               keep=keep,
                                run_prefix=f"{self.cfg.run_name}-",
                                token=self.cfg.planner_token)
         if version not in self.state.versions:

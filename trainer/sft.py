@@ -150,7 +150,7 @@ async def publish_sft(cfg: SFTConfig, policy: Any, result: SFTResult) -> SFTResu
             metrics={"sft_loss_before": result.losses[0], "sft_loss_after": result.losses[-1],
                      "sft_steps": float(result.steps)}))
     if cfg.lora and cfg.planner_urls:
-        await roll_out(cfg.planner_urls, version, uri, keep=[version],
+        await roll_out(cfg.planner_urls, version, cfg.planner_uri(uri, version), keep=[version],
                        run_prefix=f"{cfg.run_name}-", token=cfg.planner_token)
     result.version, result.uri = version, uri
     log.info("sft_published", version=version, uri=uri)

@@ -15,6 +15,7 @@ from coda.contracts.training import (
     Verdict,
     VersionTraining,
 )
+from coda.service import error_responses
 from master import training
 from master.auth import Reader, WorkerAuth
 from master.state import State
@@ -46,7 +47,7 @@ async def by_version(core: State, _: Reader, run: Name = None) -> list[VersionTr
     return training.summarize(items)
 
 
-@router.put("/episodes/{episode_id}/verdict", status_code=204)
+@router.put("/episodes/{episode_id}/verdict", status_code=204, responses=error_responses(404))
 async def set_verdict(episode_id: uuid.UUID, body: Verdict, core: State, _: WorkerAuth) -> None:
     """Store the judge's verdict of an episode."""
     try:

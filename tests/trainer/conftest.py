@@ -10,16 +10,10 @@ stands in for the executor + action reward of the real system.
 from __future__ import annotations
 
 import io
-import os
 import string
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 from PIL import Image
 
@@ -28,7 +22,8 @@ from coda.artifacts import ArtifactStore
 from coda.clients.planner import PlannerClient
 from coda.contracts.services_api import ImageRef, PlanRequest, Sampling
 from coda.contracts.training import Candidate, Group, StateRef
-from coda.procs import free_port, stop_process
+from coda.modelservice.process import ServiceProcess
+from tests.fixtures.services import TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PIXELS = 112 * 112
@@ -58,43 +53,6 @@ def png(color: tuple[int, int, int], size: tuple[int, int] = (112, 84)) -> bytes
     return buf.getvalue()
 
 
-@dataclass
-class PlannerProcess:
-    """The planner service as a uvicorn subprocess (real HTTP)."""
-
-    env: dict[str, str]
-    log_path: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 180.0) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "planner_service.app:create_app", "--factory",
-                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
-                cwd=ROOT, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"planner exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("planner service did not become ready")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, timeout=15)
-            self.proc = None
-
-
 @pytest.fixture
 def artifacts_dir(master) -> Path:  # type: ignore[no-untyped-def]
     """The master's artifact store (a local directory): screenshots and adapters go there."""
@@ -103,16 +61,21 @@ def artifacts_dir(master) -> Path:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def planner_process(tiny_model_dir: Path, artifacts_dir: Path,
-                    tmp_path: Path) -> Iterator[PlannerProcess]:
-    proc = PlannerProcess(env={
-        "CODA_PLANNER_BACKEND": "transformers", "CODA_PLANNER_MODEL": str(tiny_model_dir),
-        "CODA_PLANNER_DEVICE": "cpu", "CODA_PLANNER_MAX_PIXELS": str(MAX_PIXELS),
-        "CODA_PLANNER_ARTIFACTS_URL": f"file://{artifacts_dir}",
-        "CODA_PLANNER_ADAPTER_CACHE_DIR": str(tmp_path / "adapter-cache"),
-        "CODA_PLANNER_LOG_LEVEL": "WARNING"}, log_path=tmp_path / "planner.log")
+                    tmp_path: Path) -> Iterator[ServiceProcess]:
+    """The planner service (the shared harness's process) reading the master's store."""
+    from planner_service.settings import PlannerSettings
+
+    settings = PlannerSettings(
+        backend="transformers", model=str(tiny_model_dir), device="cpu", max_pixels=MAX_PIXELS,
+        artifacts_url=f"file://{artifacts_dir}",
+        adapter_cache_dir=str(tmp_path / "adapter-cache"), log_level="WARNING", **TOKENS.env())
+    proc = ServiceProcess.of("planner", settings, tmp_path / "planner.log")
     proc.start()
-    yield proc
-    proc.stop()
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
 
 
 def store_screens(artifacts_dir: Path) -> tuple[str, str]:

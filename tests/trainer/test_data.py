@@ -71,7 +71,7 @@ async def test_the_trainer_builds_the_planner_service_input(
     settings = PlannerSettings(artifacts_url=f"file://{store_dir}", max_turns=max_turns,
                                keep_images=keep_images)
     service = await build_messages(plan_request(state),
-                                   PlannerState(settings, None, None))  # type: ignore[arg-type]
+                                   PlannerState(settings))
     mine = planner_messages(state, artifact_reader(f"file://{store_dir}"),
                             PromptOptions(max_turns=max_turns, keep_images=keep_images))
     assert mine == service

@@ -21,6 +21,7 @@ import pytest
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
 from coda.contracts.training import ModelRole
+from tests.fixtures.services import TOKENS
 from tests.trainer.conftest import (
     LORA_TARGETS,
     MAX_PIXELS,
@@ -44,7 +45,8 @@ def trainer_config(master, tiny_model_dir: Path, artifacts_dir: Path, tmp_path: 
     values: dict[str, object] = dict(
         master_url=master.url, master_token=master.admin_token, model=str(tiny_model_dir),
         artifacts_url=f"file://{artifacts_dir}", checkpoint_dir=str(tmp_path / "ckpt"),
-        planner_urls=[planner_url], run_name="tiny", device="cpu", max_pixels=MAX_PIXELS,
+        planner_urls=[planner_url], planner_token=TOKENS.admin, run_name="tiny", device="cpu",
+        max_pixels=MAX_PIXELS,
         groups_per_update=GROUPS_PER_UPDATE, learning_rate=5e-3, lora_rank=8, lora_alpha=16,
         lora_targets=LORA_TARGETS, publish_every=1, max_staleness=0, seed=0, poll_s=0.2)
     values.update(extra)
@@ -61,7 +63,7 @@ async def test_grpo_raises_the_reward_of_the_tiny_planner_and_versions_go_live(
     trainer = Trainer(cfg)
     curve: list[dict[str, object]] = []
     async with MasterClient(master.url, token=master.admin_token) as m, \
-            PlannerClient(planner_process.url, timeout=120) as planner:
+            PlannerClient(planner_process.url, token=TOKENS.inference, timeout=120) as planner:
         expected_version = "base"
         for update in range(MAX_UPDATES):
             groups = [await sample_group(planner, state, n=G, seed=1000 * update + k)
