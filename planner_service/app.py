@@ -118,7 +118,7 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
     options = GenerateOptions(n=req.n, temperature=req.sampling.temperature,
                               top_p=req.sampling.top_p, max_tokens=req.sampling.max_tokens,
                               seed=req.sampling.seed, adapter=adapter,
-                              cancel=current_cancel_event())
+                              logprobs=req.return_logprobs, cancel=current_cancel_event())
     try:
         completions = await st.backend().chat(messages, options)
     except PromptTooLong as exc:
@@ -129,7 +129,9 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
         plans.append(Plan(thought=parsed.thought, action_hint=parsed.action_hint, text=c.text,
                           finished=parsed.finished, answer=parsed.answer,
                           version=c.adapter or adapter or BASE,
-                          prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens))
+                          prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                          token_ids=list(c.token_ids) if c.token_ids is not None else None,
+                          logprobs=list(c.logprobs) if c.logprobs is not None else None))
     latency = (time.perf_counter() - start) * 1000
     log.info("plan", n=req.n, version=adapter or BASE, latency_ms=round(latency, 1))
     return PlanResponse(plans=plans, latency_ms=latency)

@@ -92,6 +92,9 @@ class PlanRequest(BaseModel):
     sampling: Sampling = Field(default_factory=Sampling)
     answer_mode: bool = Field(default=False, description="use the ANS prompt variant")
     adapter: Version | None = Field(default=None, description="adapter version; default current")
+    return_logprobs: bool = Field(
+        default=False, description="also return each plan's token ids and per-token "
+        "log-probabilities at the sampling temperature (for GRPO importance correction)")
 
 
 class Plan(BaseModel):
@@ -103,6 +106,8 @@ class Plan(BaseModel):
     version: str = Field(description="adapter version (or 'base') that produced it")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    token_ids: list[int] | None = Field(default=None, description="when return_logprobs")
+    logprobs: list[float] | None = Field(default=None, description="when return_logprobs")
 
 
 class PlanResponse(BaseModel):

@@ -40,6 +40,9 @@ class GenerateOptions:
     """Continue the last (assistant) message instead of opening a new turn (executor pre-fill)."""
     adapter: str | None = None
     """Adapter / served model name; ``None`` = the backend's default."""
+    logprobs: bool = False
+    """Also return each generated token's id and log-probability (at the sampling
+    temperature, before top-p), for the trainer's importance correction."""
     cancel: threading.Event | None = field(default=None, compare=False)
     """Set by the caller (client gone, deadline passed): generation stops at the next token."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -53,6 +56,10 @@ class Completion:
     finish_reason: str | None = None
     adapter: str | None = None
     """The adapter (version) that produced it; ``None`` = base model."""
+    token_ids: tuple[int, ...] | None = None
+    """Generated token ids (EOS included when generation stopped on it), when asked for."""
+    logprobs: tuple[float, ...] | None = None
+    """Log-probability of each of ``token_ids`` under the sampling distribution."""
 
 
 class BackendError(RuntimeError):

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import httpx
@@ -67,6 +68,9 @@ def build_request(
         body["seed"] = seed
     if options.stop:
         body["stop"] = list(options.stop)
+    if options.logprobs:  # vLLM: token ids spelled "token_id:<id>" in the logprobs entries
+        body["logprobs"] = True
+        body["return_tokens_as_token_ids"] = True
     if options.continue_final_message:
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False
@@ -91,11 +95,33 @@ def parse_choices(payload: dict[str, Any], adapter: str | None) -> list[Completi
             raise BackendError(f"response.choices[{i}].message.content: missing")
         token_ids = choice.get("token_ids")
         count = len(token_ids) if isinstance(token_ids, list) else share + (1 if i < extra else 0)
+        ids, lps = token_logprobs(choice.get("logprobs"), f"response.choices[{i}].logprobs")
         completions.append(Completion(
             text=text, prompt_tokens=prompt_tokens, completion_tokens=count,
             finish_reason=choice.get("finish_reason"), adapter=adapter,
+            token_ids=ids, logprobs=lps,
         ))
     return completions
+
+
+def token_logprobs(entry: Any, where: str) -> tuple[tuple[int, ...] | None,
+                                                   tuple[float, ...] | None]:
+    """Token ids and log-probabilities of a choice's ``logprobs.content`` (tokens given as
+    ``token_id:<id>``, vLLM's ``return_tokens_as_token_ids``); (None, None) when absent."""
+    content = entry.get("content") if isinstance(entry, dict) else None
+    if not isinstance(content, list):
+        return None, None
+    ids, lps = [], []
+    for item in content:
+        token = item.get("token") if isinstance(item, dict) else None
+        value = item.get("logprob") if isinstance(item, dict) else None
+        if not (isinstance(token, str) and token.startswith("token_id:")
+                and token[9:].lstrip("-").isdigit() and isinstance(value, int | float)
+                and math.isfinite(value)):
+            raise BackendError(f"{where}: entries must be token_id:<id> with a finite logprob")
+        ids.append(int(token[9:]))
+        lps.append(float(value))
+    return tuple(ids), tuple(lps)
 
 
 class OpenAICompatBackend:

@@ -313,6 +313,16 @@ def _eos_ids(generation_config: GenerationConfig) -> set[int]:
     return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
 
 
+def sampled_logprobs(logits: Any, sequences: Any, temperature: float) -> list[list[float]]:
+    """Per row, the log-probability of each generated token under the sampling distribution:
+    ``log_softmax(logits / temperature)`` (temperature 1 for greedy decoding), before top-p;
+    ``logits`` is ``generate``'s per-step tuple of raw (batch, vocab) scores."""
+    scale = 1.0 if is_greedy(temperature) else temperature
+    steps = torch.stack([step.float() for step in logits], dim=1) / scale  # (batch, T, vocab)
+    chosen = sequences[:, : steps.shape[1]].unsqueeze(-1)
+    return torch.log_softmax(steps, dim=-1).gather(-1, chosen).squeeze(-1).tolist()
+
+
 def completion_length(
     tokens: Sequence[int], eos_ids: set[int], pad_id: int | None
 ) -> tuple[int, bool]:
@@ -498,24 +508,33 @@ class TransformersBackend:
                 output = self.model.generate(
                     **inputs, **extra, generation_config=config,
                     tokenizer=self.processor.tokenizer, stopping_criteria=stopping,
+                    output_logits=options.logprobs, return_dict_in_generate=True,
                 )
         prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
-        new_tokens = output[:, prompt_len:].tolist()
+        sequences = output.sequences[:, prompt_len:]
+        new_tokens = sequences.tolist()
+        token_logprobs = (sampled_logprobs(output.logits, sequences, options.temperature)
+                          if options.logprobs else None)
         eos_ids, pad_id = _eos_ids(config), config.pad_token_id
         per_prompt = config.num_return_sequences
         results: list[list[Completion]] = []
         for k in range(len(conversations)):
             group = []
-            rows = new_tokens[k * per_prompt : (k + 1) * per_prompt]
-            for row in rows * (options.n // per_prompt):
+            first = k * per_prompt
+            rows = new_tokens[first : first + per_prompt]
+            for j, row in enumerate(rows * (options.n // per_prompt)):
                 count, ended = completion_length(row, eos_ids, pad_id)
+                ids = lps = None
+                if token_logprobs is not None:
+                    ids = tuple(row[:count])
+                    lps = tuple(token_logprobs[first + j % per_prompt][:count])
                 body = row[: count - 1] if ended else row[:count]
                 text = self.processor.tokenizer.decode(body, skip_special_tokens=True)
                 text, stopped = apply_stop(text, options.stop)
                 group.append(Completion(
                     text=text, prompt_tokens=int(prompt_tokens[k]), completion_tokens=count,
                     finish_reason="stop" if ended or stopped else "length",
-                    adapter=options.adapter,
+                    adapter=options.adapter, token_ids=ids, logprobs=lps,
                 ))
             results.append(group)
         return results

@@ -92,7 +92,7 @@ def make_state(screen: str, previous: str) -> StateRef:
 
 
 async def sample_group(planner: PlannerClient, state: StateRef, *, n: int, seed: int,
-                       max_tokens: int = 4) -> Group:
+                       max_tokens: int = 4, logprobs: bool = False) -> Group:
     """G plans from the real planner service at ``state``, scored by :func:`synthetic_reward`."""
     req = PlanRequest(
         instruction=state.instruction, screenshot=ImageRef(ref=state.screenshot),
@@ -101,12 +101,13 @@ async def sample_group(planner: PlannerClient, state: StateRef, *, n: int, seed:
         history=[{"thought": h["thought"], "action_text": h.get("action_text"),
                   "screenshot": ImageRef(ref=h["screenshot"]) if h.get("screenshot") else None}
                  for h in state.history],
-        n=n, sampling=Sampling(temperature=1.0, top_p=0.9, max_tokens=max_tokens, seed=seed))
+        n=n, sampling=Sampling(temperature=1.0, top_p=0.9, max_tokens=max_tokens, seed=seed),
+        return_logprobs=logprobs)
     plans = (await planner.plan(req)).plans
     # Postgres cannot store NUL in text (the master refuses it); the random model emits some
     texts = [p.text.replace("\x00", "\ufffd") for p in plans]
     candidates = [Candidate(plan=t, reward=synthetic_reward(t), planner_version=p.version,
-                            token_count=p.completion_tokens) for t, p in zip(texts, plans,
-                                                                               strict=True)]
+                            token_count=p.completion_tokens, token_ids=p.token_ids,
+                            logprobs=p.logprobs) for t, p in zip(texts, plans, strict=True)]
     return Group(state=state, target=CLICK, candidates=candidates,
                  planner_version=plans[0].version)

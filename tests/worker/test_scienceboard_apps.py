@@ -51,6 +51,7 @@ def _run_texstudio_task(desktop: LocalDesktop, name: str, actions: list[Action])
     for action in actions:
         result = desktop.act(action)
         assert result.ok, result.error
+        assert desktop.settle(), f"the screen kept changing after {action}"
     wait_until(lambda: guest.read_file(main) != original, "TeXstudio to save main.tex")
     return run_checkers(ctx, EpisodeEnd(kind="DONE"))
 

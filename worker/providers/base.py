@@ -120,6 +120,22 @@ class Desktop(abc.ABC):
     def act(self, action: Action) -> ActResult:
         return self._guest().act(action)
 
+    def settle(self, *, timeout_s: float = 10.0, poll_s: float = 0.05,
+               width: int = 320) -> bool:
+        """Wait until the screen stops changing (two consecutive small screenshots equal), at
+        most ``timeout_s``; whether it settled. Applications such as TeXstudio handle keys
+        typed during a state change (a panel closing, focus moving) out of step with the
+        change, so the next action waits for the previous one to take effect."""
+        deadline = time.monotonic() + timeout_s
+        previous = self.observe(width=width).image
+        while time.monotonic() < deadline:
+            time.sleep(poll_s)
+            current = self.observe(width=width).image
+            if current == previous:
+                return True
+            previous = current
+        return False
+
     def health(self) -> Health:
         """Machine first, then the guest (agent answers, display up, screen not blank)."""
         h = self._machine_health()

@@ -233,3 +233,20 @@ def test_parse_choices_splits_usage() -> None:
     with pytest.raises(BackendError, match="choices"):
         parse_choices({"choices": []}, adapter=None)
 
+
+
+def test_logprobs_are_asked_for_and_parsed_as_vllm_sends_them() -> None:
+    body = build_request(MESSAGES, GenerateOptions(logprobs=True), model="m", n=1, seed=None)
+    assert body["logprobs"] is True and body["return_tokens_as_token_ids"] is True
+    assert "logprobs" not in build_request(MESSAGES, GenerateOptions(), model="m", n=1, seed=None)
+    payload = {"choices": [{"index": 0, "message": {"content": "ok"}, "logprobs": {"content": [
+        {"token": "token_id:17", "logprob": -0.25, "bytes": [111]},
+        {"token": "token_id:151645", "logprob": -1.5e-5}]}}]}
+    [c] = parse_choices(payload, adapter=None)
+    assert c.token_ids == (17, 151645) and c.logprobs == (-0.25, -1.5e-5)
+    [plain] = parse_choices({"choices": [{"message": {"content": "x"}}]}, adapter=None)
+    assert plain.token_ids is None and plain.logprobs is None
+    bad = {"choices": [{"message": {"content": "x"}, "logprobs": {"content": [
+        {"token": "ok", "logprob": -1.0}]}}]}
+    with pytest.raises(BackendError, match="logprobs"):
+        parse_choices(bad, adapter=None)

@@ -83,6 +83,21 @@ async def test_n_samples_in_one_call(backend: TransformersBackend) -> None:
     assert [c.text for c in again] == [c.text for c in completions]  # same seed, same samples
 
 
+async def test_sampling_logprobs_when_asked(backend: TransformersBackend) -> None:
+    messages = [_user("What next?", _screenshot())]
+    options = GenerateOptions(n=3, temperature=0.8, top_p=0.9, max_tokens=6, seed=5)
+    plain = await backend.chat(messages, options)
+    assert all(c.token_ids is None and c.logprobs is None for c in plain)
+    scored = await backend.chat(messages, GenerateOptions(**{**options.__dict__, "logprobs": True}))
+    assert [c.text for c in scored] == [c.text for c in plain]  # asking changes no sample
+    for c in scored:
+        assert c.token_ids is not None and c.logprobs is not None
+        assert len(c.token_ids) == len(c.logprobs) == c.completion_tokens
+        assert all(lp <= 0 for lp in c.logprobs)
+    greedy = await backend.chat(messages, _greedy(n=2, logprobs=True))
+    assert greedy[0].logprobs == greedy[1].logprobs
+
+
 async def test_greedy_n_repeats_the_single_answer(backend: TransformersBackend) -> None:
     completions = await backend.chat([_user("hello")], _greedy(n=3))
     assert len(completions) == 3
