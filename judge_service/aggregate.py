@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from coda.contracts.training import LabelRule, Verdict, Vote
+from coda.labels import positive_steps
 
 
 def vote_passes(vote: Vote) -> bool:
@@ -48,33 +49,6 @@ def merge_first_error(votes: Iterable[Vote]) -> tuple[int | None, str | None, st
     if best is None:
         return None, None, None
     return best.first_error_step, best.error_type, best.correct_action
-
-
-def positive_steps(
-    *,
-    correct: bool,
-    redundant: Sequence[int],
-    first_error_step: int | None,
-    n_steps: int,
-    rule: LabelRule = LabelRule.CLEAN_ONLY,
-) -> list[int]:
-    """0-based indices of the steps labelled positive.
-
-    - clean success (correct, nothing redundant, no first error): every step, under any rule;
-    - ``CLEAN_ONLY`` (CODA, default): nothing otherwise;
-    - ``BEFORE_FIRST_ERROR`` (SEAgent): steps numbered before ``min(first error, first
-      redundant)``; with neither named (a failure nobody located) nothing.
-    """
-    clean = correct and not redundant and first_error_step is None
-    if clean:
-        return list(range(n_steps))
-    if rule is LabelRule.CLEAN_ONLY:
-        return []
-    marks = [s for s in (first_error_step, min(redundant, default=None)) if s is not None]
-    if not marks:
-        return []
-    cut = min(marks)  # 1-based step number; steps 1..cut-1 are positive
-    return list(range(min(cut - 1, n_steps)))
 
 
 def build_verdict(

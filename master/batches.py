@@ -15,12 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from coda.contracts.master_api import BatchCreate
 from coda.contracts.records import (
     Batch,
+    BatchOptions,
     BatchProgress,
     BatchStatus,
     Episode,
     EpisodeStatus,
     Step,
 )
+from coda.contracts.training import Verdict
 from coda.scoring import Outcome
 from coda.tasks import TaskSpec
 from master import jobs
@@ -80,9 +82,10 @@ async def create(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue, spec:
     rows = await asyncio.to_thread(_rows, batch_id, spec, tasks)
     async with pg.acquire() as conn, conn.transaction():
         await conn.execute(
-            "insert into batches (id, name, status, priority, rollouts, planner_version) "
-            "values ($1, $2, 'running', $3, $4, $5)",
-            batch_id, spec.name, spec.priority, spec.rollouts, spec.planner_version)
+            "insert into batches (id, name, status, priority, rollouts, planner_version, options) "
+            "values ($1, $2, 'running', $3, $4, $5, $6)",
+            batch_id, spec.name, spec.priority, spec.rollouts, spec.planner_version,
+            batch_options(spec).model_dump(mode="json"))
         for lo in range(0, len(rows.task_ids), INSERT_CHUNK):
             hi = lo + INSERT_CHUNK
             await conn.execute(
@@ -118,6 +121,10 @@ async def create(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue, spec:
     return batch, rows.episode_ids
 
 
+def batch_options(spec: BatchCreate) -> BatchOptions:
+    return BatchOptions(judge=spec.judge, label_rule=spec.label_rule, group_size=spec.group_size)
+
+
 def _progress(counts: dict[str, int], succeeded: int) -> BatchProgress:
     p = BatchProgress(succeeded=succeeded, total=sum(counts.values()))
     for status, n in counts.items():
@@ -150,7 +157,8 @@ async def _batches(engine: AsyncEngine, where: str, params: dict[str, Any],
             status = BatchStatus.FINISHED
         out.append(Batch(id=r.id, name=r.name, status=status, priority=r.priority,
                          rollouts=r.rollouts, planner_version=r.planner_version,
-                         created_at=r.created_at, progress=prog))
+                         created_at=r.created_at, progress=prog,
+                         options=BatchOptions.model_validate(r.options or {})))
     return out, int(total or 0)
 
 
@@ -175,8 +183,11 @@ async def cancel(engine: AsyncEngine, pg: asyncpg.Pool, queue: RedisQueue,
     return await get(engine, batch_id)
 
 
-def _episode(r: Any, steps: list[Step] | None = None) -> Episode:
-    return Episode(id=r.id, batch_id=r.batch_id, job_id=r.job_id, task_id=r.task_id, app=r.app,
+def _episode(r: Any, steps: list[Step] | None = None, *, instruction: str | None = None,
+             verdict: dict[str, Any] | None = None) -> Episode:
+    return Episode(instruction=instruction,
+                   verdict=Verdict.model_validate(verdict) if verdict is not None else None,
+                   id=r.id, batch_id=r.batch_id, job_id=r.job_id, task_id=r.task_id, app=r.app,
                    rollout=r.rollout, status=EpisodeStatus(r.status), success=r.success,
                    score=r.score, answer=r.answer, error=r.error, attempts=r.attempts,
                    planner_version=r.planner_version, created_at=r.created_at,
@@ -208,8 +219,10 @@ async def list_episodes(engine: AsyncEngine, *, batch_id: uuid.UUID | None,
 
 async def get_episode(engine: AsyncEngine, episode_id: uuid.UUID, *, with_steps: bool) -> Episode:
     async with engine.connect() as conn:
-        row = (await conn.execute(text(f"select {_EP_COLS} from episodes where id = :id"),
-                                  {"id": episode_id})).first()
+        row = (await conn.execute(text(
+            f"select {_EP_COLS}, verdict, (select t.spec ->> 'instruction' from tasks t "
+            "where t.id = episodes.task_row_id) as instruction from episodes where id = :id"),
+            {"id": episode_id})).first()
         if row is None:
             raise BatchNotFound(f"episode {episode_id}")
         steps = None
@@ -218,7 +231,7 @@ async def get_episode(engine: AsyncEngine, episode_id: uuid.UUID, *, with_steps:
                 "select body, created_at from steps where episode_id = :id "
                 "order by attempt, idx"), {"id": episode_id})).all()
             steps = [Step.model_validate({**s.body, "created_at": s.created_at}) for s in srows]
-    return _episode(row, steps)
+    return _episode(row, steps, instruction=row.instruction, verdict=row.verdict)
 
 
 async def outcomes(engine: AsyncEngine, batch_id: uuid.UUID | None) -> list[Outcome]:

@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import asyncpg
 from pydantic import BaseModel, ValidationError
 
-from coda.contracts.master_api import GroupJobResult
+from coda.contracts.master_api import GroupJobResult, JudgeJobPayload, JudgeJobResult
 from coda.contracts.records import EpisodeResult, Job, JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master.queue.redis_queue import RedisQueue
@@ -202,20 +202,26 @@ async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: 
 _FINISH = (
     "update jobs set status = 'succeeded', result = $3, error = null, lease_token = null, "
     "lease_expires_at = null, updated_at = now() "
-    "where id = $1 and lease_token = $2 and status = 'leased' returning kind"
+    "where id = $1 and lease_token = $2 and status = 'leased' returning kind, payload"
 )
 
 
 async def complete(
     pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
-    result: dict[str, Any],
+    result: dict[str, Any], staleness_versions: int = 2,
 ) -> JobKind:
-    """Finish a leased job with its result; an episode or group result is validated first (422
-    without any change when it does not fit)."""
+    """Finish a leased job with its result; an episode, judge or group result is validated
+    first (422 without any change when it does not fit). Its follow-ups are made in the same
+    transaction (:mod:`master.lifecycle`): an episode's judge job, a verdict's group jobs, a
+    group job's group."""
+    from master import lifecycle  # lifecycle uses this module's job rows
+
+    follow_ups: list[uuid.UUID] = []
     async with pg.acquire() as conn, conn.transaction():
-        kind = await conn.fetchval(_FINISH, job_id, token, result)
-        if kind is None:
+        row = await conn.fetchrow(_FINISH, job_id, token, result)
+        if row is None:
             raise await _lost(conn, job_id)
+        kind = row["kind"]
         # an invalid result raises here, inside the transaction: nothing is changed
         if kind == JobKind.EPISODE:
             res = _validated(EpisodeResult, result)
@@ -225,11 +231,23 @@ async def complete(
                 "update episodes set status = 'completed', success = $2, score = $3, "
                 "answer = $4, result = $5, finished_at = now(), updated_at = now() "
                 "where job_id = $1", job_id, res.success, score, res.answer, result)
+            follow_ups = await lifecycle.after_episode(conn, job_id)
+        elif kind == JobKind.JUDGE:
+            verdict = _validated(JudgeJobResult, result).verdict
+            payload = _validated(JudgeJobPayload, row["payload"])
+            try:
+                _, follow_ups = await lifecycle.apply_verdict(conn, payload.episode_id,
+                                                              verdict)
+            except lifecycle.EpisodeNotFound as exc:
+                raise InvalidResult([{"loc": ["body", "result"], "msg": str(exc),
+                                      "type": "not_found"}]) from exc
         elif kind == JobKind.GROUP:
-            from master.groups import insert_group_pg  # groups import this module
-
-            await insert_group_pg(conn, _validated(GroupJobResult, result).group)
+            group = _validated(GroupJobResult, result).group
+            await lifecycle.store_group(conn, group,
+                                        source=lifecycle.group_source_of(row["payload"]),
+                                        window_size=staleness_versions)
     await queue.release(str(job_id), token)
+    await publish(pg, queue, follow_ups)
     return JobKind(kind)
 
 

@@ -44,6 +44,9 @@ class MasterSettings(BaseSettings):
     redis_max_connections: int = Field(default=200, ge=1)
     gc_thresholds: tuple[int, int, int] = Field(
         default=(20_000, 20, 50), description="gc.set_threshold after start-up")
+    group_staleness_versions: int = Field(
+        default=2, ge=1, le=1000, description="a group job's group is kept only when sampled by "
+        "one of this many newest planner versions (the base model counts as the oldest)")
     log_level: str = "INFO"
 
     @field_validator("database_url")

@@ -19,10 +19,6 @@ from coda.contracts.training import (
 )
 
 
-class EpisodeNotFound(LookupError):
-    pass
-
-
 async def record(engine: AsyncEngine, report: TrainingMetricsReport) -> None:
     """Store one update's figures; a repeated report of the same (run, update) replaces it."""
     async with engine.begin() as conn:
@@ -69,16 +65,6 @@ def summarize(items: list[TrainingMetrics]) -> list[VersionTraining]:
                                    means=means, last=dict(rows[-1].metrics)))
     out.sort(key=lambda v: (v.run, v.first_update))
     return out
-
-
-async def set_verdict(engine: AsyncEngine, episode_id: uuid.UUID, verdict: Verdict) -> None:
-    async with engine.begin() as conn:
-        row = (await conn.execute(text(
-            "update episodes set verdict = :v, updated_at = now() where id = :id returning id"
-        ).bindparams(bindparam("v", type_=JSONB)), {
-            "v": verdict.model_dump(mode="json"), "id": episode_id})).first()
-    if row is None:
-        raise EpisodeNotFound(f"episode {episode_id}")
 
 
 async def judged_trajectories(

@@ -187,3 +187,8 @@ class MasterClient(JsonClient):
 
     async def status(self) -> StatusReport:
         return await self.request("GET", "/v1/status", None, StatusReport)
+
+    async def status_of(self, batch_id: uuid.UUID) -> StatusReport:
+        """The status report with the Table 1 scores of ``batch_id``."""
+        return await self.request("GET", "/v1/status", None, StatusReport,
+                                  params={"batch_id": str(batch_id)})

@@ -10,12 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coda.contracts.records import (
     APP_MAX,
+    DEFAULT_GROUP_SIZE,
+    MAX_GROUP_SIZE,
+    MAX_STEP_INDEX,
     NAME_MAX,
     TOKEN_MAX,
     Batch,
     Episode,
     Job,
     JobKind,
+    JudgeMode,
     Step,
     Worker,
 )
@@ -23,8 +27,10 @@ from coda.contracts.training import (
     Group,
     GroupRecord,
     GroupStatus,
+    LabelRule,
     ModelVersion,
     TrainingMetrics,
+    Verdict,
     VersionTraining,
 )
 from coda.tasks import TaskDocument
@@ -51,6 +57,40 @@ class BatchCreate(BaseModel):
     max_attempts: int = Field(default=3, ge=1, le=20)
     planner_version: str | None = Field(default=None, min_length=1, max_length=NAME_MAX,
                                        description="pin a planner version")
+    judge: JudgeMode = Field(default=JudgeMode.ALWAYS,
+                             description="which completed episodes get a judge job")
+    label_rule: LabelRule = Field(default=LabelRule.CLEAN_ONLY,
+                                  description="how a verdict becomes positive steps")
+    group_size: int = Field(default=DEFAULT_GROUP_SIZE, ge=0, le=MAX_GROUP_SIZE,
+                            description="G plans sampled per positive step (0: no group jobs)")
+
+
+class JudgeJobPayload(BaseModel):
+    """Payload of a ``judge`` job: judge one completed episode (the steps of its last attempt)."""
+
+    episode_id: uuid.UUID
+    label_rule: LabelRule = LabelRule.CLEAN_ONLY
+
+
+class JudgeJobResult(BaseModel):
+    """What a worker reports when a judge job ends: the verdict (the master stores it with the
+    episode, labels its steps and creates the group jobs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Verdict
+
+
+class GroupJobPayload(BaseModel):
+    """Payload of a ``group`` job: sample G plans at one positive step of an episode."""
+
+    episode_id: uuid.UUID
+    attempt: int = Field(ge=1, description="the episode attempt whose steps were judged")
+    step_index: int = Field(ge=0, le=MAX_STEP_INDEX)
+    group_size: int = Field(default=DEFAULT_GROUP_SIZE, ge=1, le=MAX_GROUP_SIZE)
+    planner_version: str | None = Field(
+        default=None, max_length=NAME_MAX,
+        description="the planner version current when the job was made (None: base model)")
 
 
 class BatchCreated(BaseModel):
@@ -211,6 +251,47 @@ class QueueDepth(BaseModel):
     leased: int
 
 
+class LiveSlot(BaseModel):
+    """A running episode and the screen its latest step saw."""
+
+    episode_id: uuid.UUID
+    app: str
+    task_id: str
+    attempt: int
+    worker: str | None = None
+    step: int | None = Field(default=None, description="index of its latest step")
+    screenshot: str | None = Field(default=None, description="artifact key of that screen")
+    thought: str | None = None
+
+
+class JudgeRate(BaseModel):
+    """Judge pass rate of one app: judged episodes and those the judge called correct."""
+
+    app: str
+    judged: int
+    correct: int
+    pass_rate: float | None
+
+
+class StepReward(BaseModel):
+    """The GRPO group sampled at one step: its candidates' rewards."""
+
+    step_index: int
+    status: str
+    reason: str | None = None
+    candidates: int
+    reward_mean: float
+    reward_max: float
+
+
+class EpisodeReplay(BaseModel):
+    """An episode with its steps, verdict and the rewards of the groups sampled at its
+    steps: what the dashboard's replay shows."""
+
+    episode: Episode
+    rewards: list[StepReward] = Field(default_factory=list)
+
+
 class StatusReport(BaseModel):
     generated_at: datetime
     batches: list[Batch]
@@ -222,3 +303,14 @@ class StatusReport(BaseModel):
                                             description="trainer figures per planner version")
     training_curve: list[TrainingMetrics] = Field(default_factory=list,
                                                   description="the latest updates, oldest first")
+    groups: dict[str, int] = Field(default_factory=dict,
+                                   description="GRPO groups by status (ready, leased, ...)")
+    groups_dropped: dict[str, int] = Field(
+        default_factory=dict, description="dropped groups by reason: stale (a planner version "
+        "outside the window), equal_rewards (no advantage), or acked (the trainer)")
+    verdicts: dict[str, int] = Field(
+        default_factory=dict, description="judged and correct episodes (all batches)")
+    live: list[LiveSlot] = Field(default_factory=list, description="running episodes")
+    planner_version: str | None = Field(default=None,
+                                        description="the current planner version (None: base)")
+    judge_rates: list[JudgeRate] = Field(default_factory=list, description="per app")

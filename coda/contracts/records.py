@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coda.actions import Action
+from coda.contracts.training import LabelRule, Verdict
 from coda.tasks import TaskSpec
 
 # Bounds of the columns the master stores these fields in (Postgres integer, varchar(n)), so a
@@ -124,6 +125,9 @@ class Episode(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     steps: list[Step] | None = None
+    instruction: str | None = Field(default=None, description="the task's instruction (single "
+                                                              "episode reads)")
+    verdict: Verdict | None = Field(default=None, description="the judge's verdict, once judged")
 
 
 class BatchProgress(BaseModel):
@@ -136,6 +140,26 @@ class BatchProgress(BaseModel):
     succeeded: int = Field(default=0, description="completed episodes whose task succeeded")
 
 
+class JudgeMode(StrEnum):
+    """When a finished episode gets a judge job (a batch option)."""
+
+    ALWAYS = "always"  # every completed episode (CODA: the judge labels every trajectory)
+    NO_CHECKER = "no_checker"  # only episodes whose checkers did not decide (success is None)
+    NEVER = "never"
+
+
+DEFAULT_GROUP_SIZE = 8
+MAX_GROUP_SIZE = 64
+
+
+class BatchOptions(BaseModel):
+    """What happens to a batch's finished episodes: judging, labelling, GRPO groups."""
+
+    judge: JudgeMode = JudgeMode.ALWAYS
+    label_rule: LabelRule = LabelRule.CLEAN_ONLY
+    group_size: int = Field(default=DEFAULT_GROUP_SIZE, ge=0, le=MAX_GROUP_SIZE)
+
+
 class Batch(BaseModel):
     id: uuid.UUID
     name: str | None = None
@@ -145,6 +169,7 @@ class Batch(BaseModel):
     planner_version: str | None = None
     created_at: datetime
     progress: BatchProgress
+    options: BatchOptions = Field(default_factory=BatchOptions)
 
 
 class Job(BaseModel):

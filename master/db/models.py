@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -41,6 +42,7 @@ class BatchRow(Base):
     priority: Mapped[int] = mapped_column(Integer)
     rollouts: Mapped[int] = mapped_column(Integer)
     planner_version: Mapped[str | None] = mapped_column(String(200))
+    options: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = mapped_column(server_default=_now())
 
 
@@ -140,6 +142,8 @@ class GroupRow(Base):
     body: Mapped[dict[str, Any]]
     lease_token: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[datetime | None]
+    reason: Mapped[str | None] = mapped_column(String(32))
+    source: Mapped[str | None] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(server_default=_now())
 
     __table_args__ = (Index("ix_groups_status", "status", "created_at"),)

@@ -8,6 +8,7 @@ import time
 import uuid
 
 from fastapi import APIRouter, HTTPException, status
+from pydantic import ValidationError
 
 from coda.contracts.master_api import (
     JobComplete,
@@ -16,6 +17,7 @@ from coda.contracts.master_api import (
     JobFail,
     JobHeartbeatResponse,
     JobState,
+    JudgeJobPayload,
     LeaseRequest,
     LeaseResponse,
     LeaseToken,
@@ -52,6 +54,13 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
             {"loc": ["body", "kind"], "msg": "episode jobs are created through /v1/batches",
              "type": "value_error"}])
+    if body.kind is JobKind.JUDGE:
+        try:
+            JudgeJobPayload.model_validate(body.payload)
+        except ValidationError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
+                {"loc": ["body", "payload", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors()]) from None
     job = jobs.NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
                       priority=body.priority, max_attempts=body.max_attempts)
     await jobs.enqueue(core.pg, core.queue, [job])
@@ -103,7 +112,8 @@ async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: Wor
     """Finish the job with its result; 409 (and no change) when the token is stale, 422 (and
     no change) when an episode result does not fit."""
     kind = await jobs.complete(core.pg, core.queue, job_id=job_id, token=body.lease_token,
-                               result=body.result)
+                               result=body.result,
+                               staleness_versions=core.settings.group_staleness_versions)
     if core.metrics:
         core.metrics.jobs_finished.labels(kind.value, "succeeded").inc()
 

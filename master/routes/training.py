@@ -16,7 +16,7 @@ from coda.contracts.training import (
     VersionTraining,
 )
 from coda.service import error_responses
-from master import training
+from master import jobs, lifecycle, training
 from master.auth import Reader, WorkerAuth
 from master.state import State
 
@@ -49,11 +49,14 @@ async def by_version(core: State, _: Reader, run: Name = None) -> list[VersionTr
 
 @router.put("/episodes/{episode_id}/verdict", status_code=204, responses=error_responses(404))
 async def set_verdict(episode_id: uuid.UUID, body: Verdict, core: State, _: WorkerAuth) -> None:
-    """Store the judge's verdict of an episode."""
+    """Store the judge's verdict of an episode: its steps are labelled and its positive steps
+    get group jobs, as when a judge job completes (once per step, however often it is put)."""
     try:
-        await training.set_verdict(core.engine, episode_id, body)
-    except training.EpisodeNotFound as exc:
+        async with core.pg.acquire() as conn, conn.transaction():
+            _stored, created = await lifecycle.apply_verdict(conn, episode_id, body)
+    except lifecycle.EpisodeNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    await jobs.publish(core.pg, core.queue, created)
 
 
 @router.get("/training/trajectories")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from coda.contracts.training import LabelRule, Vote
+from coda.labels import positive_steps
 from judge_service.aggregate import (
     build_verdict,
     ensemble_passes,
     merge_first_error,
     merge_redundant,
-    positive_steps,
     voting_at_k,
 )
 

@@ -162,10 +162,16 @@ async def test_status_page_json_and_metrics(master, admin, wclient, worker):
 
 
 async def test_judge_jobs_by_kind(admin, wclient, worker):
-    created = await admin.create_job(JobCreate(kind=JobKind.JUDGE, payload={"episode": "x"}))
+    episode = str(uuid.uuid4())
+    created = await admin.create_job(JobCreate(kind=JobKind.JUDGE,
+                                               payload={"episode_id": episode}))
     assert await wclient.lease(worker.id, JobKind.EPISODE) == []
     [job] = await wclient.lease(worker.id, JobKind.JUDGE)
-    assert job.id == created.id and job.payload == {"episode": "x"}
+    assert job.id == created.id and job.payload == {"episode_id": episode}
+    with pytest.raises(ServiceError) as err:  # a judge job names its episode
+        await admin.create_job(JobCreate(kind=JobKind.JUDGE, payload={"episode": "x"}))
+    assert err.value.status == 422 and err.value.detail[0]["loc"] == [
+        "body", "payload", "episode_id"]
     with pytest.raises(ServiceError) as err:
         await admin.create_job(JobCreate(kind=JobKind.EPISODE, payload={}))
     assert err.value.status == 422

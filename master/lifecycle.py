@@ -1,0 +1,178 @@
+"""What follows a finished job: episode -> judge job -> verdict, labelled steps and group jobs
+-> stored groups.
+
+Every follow-up is created in the transaction that finishes the job before it, with an id
+derived from what it is about (a judge job per episode, a group job per judged step), inserted
+``on conflict do nothing``: a retried or repeated completion creates nothing twice. Groups
+remember their source step the same way. The rules themselves are pure functions here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from coda.contracts.master_api import GroupJobPayload, JudgeJobPayload
+from coda.contracts.records import BatchOptions, JobKind, JudgeMode
+from coda.contracts.training import Group, GroupStatus, Verdict
+from coda.labels import label_verdict
+from coda.logging import get_logger
+
+log = get_logger("coda.master.lifecycle")
+
+NAMESPACE = uuid.UUID("0c0da5e1-7a1f-4d6b-9b0e-5c1e0f6a2b3c")
+BASE = "base"
+EQUAL_REWARDS = 1e-9
+
+
+class EpisodeNotFound(LookupError):
+    pass
+
+
+def judge_job_id(episode_id: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, f"judge:{episode_id}")
+
+
+def group_source(episode_id: uuid.UUID, attempt: int, step_index: int) -> str:
+    return f"{episode_id}:{attempt}:{step_index}"
+
+
+def group_job_id(episode_id: uuid.UUID, attempt: int, step_index: int) -> uuid.UUID:
+    return uuid.uuid5(NAMESPACE, "group:" + group_source(episode_id, attempt, step_index))
+
+
+def needs_judge(mode: JudgeMode, success: bool | None) -> bool:
+    """Whether a completed episode gets a judge job under the batch's ``mode`` (pure)."""
+    return mode is JudgeMode.ALWAYS or (mode is JudgeMode.NO_CHECKER and success is None)
+
+
+def version_window(newest_first: list[str], size: int) -> set[str]:
+    """The planner versions a group may come from: the ``size`` newest, the base model
+    counting as the oldest version (pure)."""
+    return set([*newest_first, BASE][:max(1, size)])
+
+
+def group_fate(version: str | None, rewards: list[float],
+               window: set[str]) -> tuple[GroupStatus, str | None]:
+    """Ready, or dropped with its reason: ``stale`` (sampled by a version outside the window),
+    ``equal_rewards`` (no advantage to learn from) (pure)."""
+    if (version or BASE) not in window:
+        return GroupStatus.DROPPED, "stale"
+    if not rewards or max(rewards) - min(rewards) < EQUAL_REWARDS:
+        return GroupStatus.DROPPED, "equal_rewards"
+    return GroupStatus.READY, None
+
+
+def _options(raw: Any) -> BatchOptions:
+    return BatchOptions.model_validate(raw or {})
+
+
+async def _insert_job(conn: asyncpg.Connection, job_id: uuid.UUID, kind: JobKind,
+                      payload: dict[str, Any], priority: int,
+                      batch_id: uuid.UUID | None) -> bool:
+    got = await conn.fetchval(
+        "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, "
+        "batch_id) values ($1, $2, 'queued', $3, $4, 0, 3, $5) on conflict (id) do nothing "
+        "returning id", job_id, kind.value, priority, payload, batch_id)
+    return got is not None
+
+
+async def after_episode(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[uuid.UUID]:
+    """The judge job of the episode this job completed, when its batch wants one."""
+    row = await conn.fetchrow(
+        "select e.id, e.success, e.batch_id, b.options, b.priority from episodes e "
+        "join batches b on b.id = e.batch_id where e.job_id = $1", job_id)
+    if row is None:
+        return []
+    opts = _options(row["options"])
+    if not needs_judge(opts.judge, row["success"]):
+        return []
+    jid = judge_job_id(row["id"])
+    payload = JudgeJobPayload(episode_id=row["id"], label_rule=opts.label_rule)
+    created = await _insert_job(conn, jid, JobKind.JUDGE, payload.model_dump(mode="json"),
+                                row["priority"], row["batch_id"])
+    return [jid] if created else []
+
+
+async def current_planner(conn: asyncpg.Connection) -> str | None:
+    return await conn.fetchval(
+        "select name from model_versions where role = 'planner' and is_current limit 1")
+
+
+async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
+                        verdict: Verdict) -> tuple[Verdict, list[uuid.UUID]]:
+    """Store the verdict, label the steps of the episode's last attempt and create a group
+    job for each positive step that has an action. Returns the stored verdict (with its
+    positive steps) and the new jobs."""
+    row = await conn.fetchrow(
+        "select e.id, e.batch_id, b.options, b.priority from episodes e "
+        "join batches b on b.id = e.batch_id where e.id = $1 for update of e", episode_id)
+    if row is None:
+        raise EpisodeNotFound(f"episode {episode_id} not found")
+    opts = _options(row["options"])
+    steps = await conn.fetch(
+        "select attempt, idx, body from steps where episode_id = $1 and attempt = "
+        "(select max(attempt) from steps where episode_id = $1) order by idx", episode_id)
+    positive = label_verdict(verdict, len(steps), opts.label_rule)
+    stored = verdict.model_copy(update={"positive_steps": positive})
+    await conn.execute("update episodes set verdict = $2, updated_at = now() where id = $1",
+                       episode_id, stored.model_dump(mode="json"))
+    if not steps:
+        return stored, []
+    attempt = steps[0]["attempt"]
+    chosen = [steps[i]["idx"] for i in positive]
+    await conn.execute(
+        "update steps set body = jsonb_set(body, '{extra}', coalesce(body -> 'extra', '{}') "
+        "|| jsonb_build_object('label', case when idx = any($3::int[]) then 'positive' "
+        "else 'negative' end)) where episode_id = $1 and attempt = $2",
+        episode_id, attempt, chosen)
+    if opts.group_size == 0:
+        return stored, []
+    version = await current_planner(conn)
+    created = []
+    for i in positive:
+        step = steps[i]
+        if (step["body"] or {}).get("action") is None:
+            continue
+        payload = GroupJobPayload(episode_id=episode_id, attempt=attempt,
+                                  step_index=step["idx"], group_size=opts.group_size,
+                                  planner_version=version)
+        jid = group_job_id(episode_id, attempt, step["idx"])
+        if await _insert_job(conn, jid, JobKind.GROUP, payload.model_dump(mode="json"),
+                             row["priority"], row["batch_id"]):
+            created.append(jid)
+    log.info("verdict.applied", episode=str(episode_id), correct=verdict.correct,
+             positive=len(positive), group_jobs=len(created))
+    return stored, created
+
+
+async def store_group(conn: asyncpg.Connection, group: Group, *, source: str | None,
+                      window_size: int) -> tuple[GroupStatus, str | None] | None:
+    """Store a group a group job made: ready, or dropped as stale / equal rewards (kept, so
+    the counts show). None when its source step already has a group. A group of a job made
+    by hand (no source step) is stored ready, as ``POST /v1/groups`` does."""
+    status, reason = GroupStatus.READY, None
+    if source is not None:
+        newest = [r["name"] for r in await conn.fetch(
+            "select name from model_versions where role = 'planner' order by created_at desc "
+            "limit $1", max(1, window_size))]
+        status, reason = group_fate(group.planner_version,
+                                    [c.reward for c in group.candidates],
+                                    version_window(newest, window_size))
+    got = await conn.fetchval(
+        "insert into groups (id, status, planner_version, body, reason, source) "
+        "values ($1, $2, $3, $4, $5, $6) on conflict (source) do nothing returning id",
+        uuid.uuid4(), status.value, group.planner_version, group.model_dump(mode="json"),
+        reason, source)
+    return (status, reason) if got is not None else None
+
+
+def group_source_of(payload: dict[str, Any]) -> str | None:
+    """The source step named by a group job's payload, or None (a hand-made job)."""
+    try:
+        p = GroupJobPayload.model_validate(payload)
+    except ValueError:
+        return None
+    return group_source(p.episode_id, p.attempt, p.step_index)
