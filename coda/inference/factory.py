@@ -16,6 +16,10 @@ def make_backend(spec: BackendSpec) -> ChatBackend:
         return TransformersBackend(
             spec.model, device=spec.device, dtype=dtype,
             max_pixels=spec.max_pixels or DEFAULT_MAX_PIXELS, context_tokens=spec.context_tokens)
+    if spec.backend == "replay":
+        from coda.inference.replay import ReplayBackend
+
+        return ReplayBackend(spec.model)
     from coda.inference.openai_compat import OpenAICompatBackend
 
     assert spec.base_url is not None  # BackendSpec requires it for 'openai'

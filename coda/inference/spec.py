@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-BackendKind = Literal["transformers", "openai"]
+BackendKind = Literal["transformers", "openai", "replay"]
 
 
 class BackendSpec(BaseModel):
@@ -19,9 +19,11 @@ class BackendSpec(BaseModel):
 
     backend: BackendKind = Field(
         default="transformers",
-        description="'transformers' (in-process) or 'openai' (vLLM / any OpenAI-compatible server)")
-    model: str = Field(min_length=1, description="local model directory (transformers) or "
-                                                 "served model name (openai)")
+        description="'transformers' (in-process), 'openai' (vLLM / any OpenAI-compatible "
+                    "server) or 'replay' (recorded outputs, for tests and benchmarks)")
+    model: str = Field(min_length=1, description="local model directory (transformers), "
+                                                 "served model name (openai) or replay file "
+                                                 "(replay)")
     base_url: str | None = Field(default=None, pattern=r"^https?://",
                                  description="OpenAI-compatible server URL (openai)")
     api_key: SecretStr | None = Field(default=None, description="its API key (openai)")

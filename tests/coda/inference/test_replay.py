@@ -1,0 +1,77 @@
+"""The replay backend: recorded outputs chosen by turn and text, repeated to n, typed errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from coda.inference.base import BackendError, GenerateOptions
+from coda.inference.factory import make_backend
+from coda.inference.replay import ReplayBackend, ReplayFileError, ReplayScript, choose, past_turns
+from coda.inference.spec import BackendSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ReplayScript.model_validate({"entries": [
+    {"turn": 0, "contains": "plot", "outputs": ["first", "other"]},
+    {"turn": 1, "outputs": ["second"]},
+    {"contains": "anything", "outputs": ["any turn"]},
+]})
+
+
+def conversation(turns: int, text: str = "plot sin", prefill: bool = False) -> list[dict]:
+    msgs: list[dict] = [{"role": "system", "content": text}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": [{"type": "text", "text": "next?"},
+                                              {"type": "image_url", "image_url": {"url": "x"}}]},
+                 {"role": "assistant", "content": f"step {i}"}]
+    msgs.append({"role": "user", "content": "next?"})
+    if prefill:
+        msgs.append({"role": "assistant", "content": "Thought: ...\nAction: "})
+    return msgs
+
+
+@pytest.mark.parametrize(("turns", "prefill", "want"), [
+    (0, False, 0), (2, False, 2), (0, True, 0), (3, True, 3)])
+def test_past_turns_leave_out_a_continued_message(turns: int, prefill: bool, want: int) -> None:
+    assert past_turns(conversation(turns, prefill=prefill), continuing=prefill) == want
+
+
+@pytest.mark.parametrize(("turns", "text", "want"), [
+    (0, "plot sin", ["first", "other"]),
+    (1, "plot sin", ["second"]),
+    (5, "anything goes", ["any turn"]),
+    (0, "nothing known", None),
+    (5, "plot sin", None),
+])
+def test_choose_takes_the_first_matching_entry(turns: int, text: str, want: list[str] | None,
+                                               ) -> None:
+    assert choose(SCRIPT, conversation(turns, text), continuing=False) == want
+
+
+async def test_backend_repeats_outputs_to_n_and_fails_typed(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(SCRIPT.model_dump_json())
+    backend = ReplayBackend(path)
+    got = await backend.chat(conversation(0), GenerateOptions(n=5))
+    assert [c.text for c in got] == ["first", "other", "first", "other", "first"]
+    with pytest.raises(BackendError, match="no recorded output for turn 0"):
+        await backend.chat(conversation(0, "unknown"), GenerateOptions())
+    assert (await backend.ready())["entries"] == 3
+
+
+def test_bad_replay_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ReplayFileError, match="does not exist"):
+        ReplayBackend(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"entries": [{"outputs": []}]}))
+    with pytest.raises(ReplayFileError, match=r"bad\.json"):
+        ReplayBackend(bad)
+
+
+def test_the_factory_builds_it_and_the_bundled_scripts_load() -> None:
+    for name in ("texstudio-C-02.planner.json", "texstudio-C-02.executor.json"):
+        spec = BackendSpec(backend="replay", model=str(ROOT / "examples" / "replays" / name))
+        backend = make_backend(spec)
+        assert isinstance(backend, ReplayBackend) and backend.script.entries
