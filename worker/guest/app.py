@@ -14,6 +14,7 @@ from coda.service import create_service_app
 from worker import __version__
 from worker.guest import routes_coda, routes_osworld, routes_scienceboard
 from worker.guest.capture import keep_large_buffers
+from worker.guest.responses import AUTHENTICATED
 from worker.guest.settings import GuestSettings
 from worker.guest.state import GuestState, require_token
 
@@ -49,5 +50,5 @@ def create_app(settings: GuestSettings) -> FastAPI:
     app.include_router(routes_coda.health_router)
     auth = [Depends(require_token)]
     for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router):
-        app.include_router(router, dependencies=auth)
+        app.include_router(router, dependencies=auth, responses=AUTHENTICATED)
     return app

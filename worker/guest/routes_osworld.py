@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from coda.contracts.desktop import MEDIA_TYPES, ImageFormat
 from worker.guest import a11y, commands
 from worker.guest.capture import DisplayUnavailable
+from worker.guest.responses import FILE, IMAGES, TEXT_OK, guest_errors
 from worker.guest.state import StateDep
 
 router = APIRouter(tags=["osworld"])
@@ -63,7 +64,7 @@ def display_error(exc: DisplayUnavailable) -> JSONResponse:
                         status_code=503)
 
 
-@router.get("/screenshot", response_model=None)
+@router.get("/screenshot", response_model=None, responses=IMAGES)
 def screenshot(
     state: StateDep,
     format: Annotated[ImageFormat, Query(description="png (default), webp or jpeg")] = "png",
@@ -81,8 +82,8 @@ def screenshot(
         "X-Elapsed-Ms": f"{shot.elapsed_ms:.1f}"})
 
 
-@router.post("/execute")
-@router.post("/setup/execute")
+@router.post("/execute", responses=guest_errors(500))
+@router.post("/setup/execute", responses=guest_errors(500))
 def execute(body: CommandBody, state: StateDep) -> Any:
     """Run a command to completion: ``{status, output, error, returncode}``."""
     limit = state.settings.command_timeout_s
@@ -97,7 +98,7 @@ def execute(body: CommandBody, state: StateDep) -> Any:
             "returncode": done.returncode}
 
 
-@router.post("/setup/launch", response_model=None)
+@router.post("/setup/launch", response_model=None, responses={**TEXT_OK, **guest_errors(500)})
 def launch(body: CommandBody, state: StateDep) -> Response:
     """Start a program without waiting for it."""
     cmd = commands.normalize(body.command, body.shell)
@@ -119,7 +120,7 @@ def screen_size(state: StateDep) -> Any:
     return {"width": w, "height": h}
 
 
-@router.post("/window_size")
+@router.post("/window_size", responses=guest_errors(404))
 def window_size(state: StateDep, app_class_name: Annotated[str, Form(min_length=1)]) -> Any:
     """Size of the first window whose WM_CLASS matches (form field ``app_class_name``)."""
     wanted = app_class_name.lower()
@@ -137,12 +138,12 @@ def cursor_position(state: StateDep) -> Any:
         return display_error(DisplayUnavailable(str(exc)))
 
 
-@router.get("/platform", response_class=PlainTextResponse)
-def get_platform() -> str:
-    return platform.system()
+@router.get("/platform", response_model=None, responses=TEXT_OK)
+def get_platform() -> Response:
+    return PlainTextResponse(platform.system())
 
 
-@router.get("/accessibility")
+@router.get("/accessibility", responses=guest_errors(504))
 def accessibility(state: StateDep) -> Any:
     """The AT-SPI tree ``{"AT": xml}``, bounded in time (503 without an AT-SPI bus)."""
     try:
@@ -155,7 +156,7 @@ def accessibility(state: StateDep) -> Any:
     return {"AT": xml}
 
 
-@router.post("/file", response_model=None)
+@router.post("/file", response_model=None, responses={**FILE, **guest_errors(400, 404)})
 def get_file(file_path: Annotated[str | None, Form()] = None) -> Response:
     """The file named by form field ``file_path``, as an attachment."""
     if not file_path:
@@ -166,7 +167,8 @@ def get_file(file_path: Annotated[str | None, Form()] = None) -> Response:
     return FileResponse(path, filename=path.name, media_type="application/octet-stream")
 
 
-@router.post("/setup/upload", response_model=None)
+@router.post("/setup/upload", response_model=None,
+             responses={**TEXT_OK, **guest_errors(400)})
 def upload(file_path: Annotated[str | None, Form()] = None,
            file_data: UploadFile | None = None) -> Response:
     """Store multipart ``file_data`` at form field ``file_path``."""
@@ -183,7 +185,8 @@ def upload(file_path: Annotated[str | None, Form()] = None,
     return PlainTextResponse("File Uploaded")
 
 
-@router.post("/setup/open_file", response_model=None)
+@router.post("/setup/open_file", response_model=None,
+             responses={**TEXT_OK, **guest_errors(404, 503, text=True)})
 def open_file(body: PathBody, state: StateDep) -> Response:
     path = _expand(body.path)
     if not path.exists():
@@ -206,17 +209,20 @@ def _wmctrl(body: WindowBody, op: str, state: StateDep, done: str) -> Response:
     return PlainTextResponse(done)
 
 
-@router.post("/setup/activate_window", response_model=None)
+@router.post("/setup/activate_window", response_model=None,
+             responses={**TEXT_OK, **guest_errors(503, text=True)})
 def activate_window(body: WindowBody, state: StateDep) -> Response:
     return _wmctrl(body, "a", state, "Window activated successfully")
 
 
-@router.post("/setup/close_window", response_model=None)
+@router.post("/setup/close_window", response_model=None,
+             responses={**TEXT_OK, **guest_errors(503, text=True)})
 def close_window(body: WindowBody, state: StateDep) -> Response:
     return _wmctrl(body, "c", state, "Window closed successfully.")
 
 
-@router.post("/setup/download_file", response_model=None)
+@router.post("/setup/download_file", response_model=None,
+             responses={**TEXT_OK, **guest_errors(502, text=True)})
 def download_file(body: DownloadBody) -> Response:
     path = _expand(body.path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +240,7 @@ def download_file(body: DownloadBody) -> Response:
     return PlainTextResponse(f"Failed to download {body.url}. Error: {error}", status_code=502)
 
 
-@router.post("/desktop_path")
+@router.post("/desktop_path", responses=guest_errors(404))
 def desktop_path() -> Any:
     path = Path.home() / "Desktop"
     if path.is_dir():
@@ -242,7 +248,7 @@ def desktop_path() -> Any:
     return JSONResponse({"error": "desktop path not found"}, status_code=404)
 
 
-@router.post("/list_directory")
+@router.post("/list_directory", responses=guest_errors(400))
 def list_directory(body: PathBody) -> Any:
     root = _expand(body.path)
     if not root.is_dir():

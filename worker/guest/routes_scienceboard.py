@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from worker.guest import commands
+from worker.guest.responses import TEXT_OK, guest_errors
 from worker.guest.state import StateDep
 
 router = APIRouter(tags=["scienceboard"])
@@ -43,7 +44,7 @@ class TexBody(BaseModel):
     bibtex: bool = False
 
 
-@router.get("/read", response_model=None)
+@router.get("/read", response_model=None, responses={**TEXT_OK, **guest_errors(404)})
 def read(path: Annotated[str, Query(min_length=1)]) -> Any:
     p = Path(path)
     if not p.is_file():
@@ -63,24 +64,24 @@ def _write(body: WriteBody, mode: str) -> Any:
     return PlainTextResponse("OK")
 
 
-@router.post("/write", response_model=None)
+@router.post("/write", response_model=None, responses={**TEXT_OK, **guest_errors(400)})
 def write(body: WriteBody) -> Any:
     return _write(body, "w")
 
 
-@router.post("/append", response_model=None)
+@router.post("/append", response_model=None, responses={**TEXT_OK, **guest_errors(400)})
 def append(body: WriteBody) -> Any:
     return _write(body, "a")
 
 
-@router.post("/opt", response_class=PlainTextResponse)
-def opt(body: OptBody, state: StateDep) -> str:
+@router.post("/opt", response_model=None, responses=TEXT_OK)
+def opt(body: OptBody, state: StateDep) -> Response:
     """Depth limit of the accessibility tree."""
     state.a11y_depth = body.depth
-    return "OK"
+    return PlainTextResponse("OK")
 
 
-@router.post("/chimerax/run")
+@router.post("/chimerax/run", responses=guest_errors(502))
 def chimerax_run(body: ChimeraxBody) -> Any:
     """Forward a command to ChimeraX's REST remote control on this desktop."""
     try:
@@ -92,7 +93,7 @@ def chimerax_run(body: ChimeraxBody) -> Any:
                              "log messages": {"note": []}}, status_code=502)
 
 
-@router.post("/lean/check")
+@router.post("/lean/check", responses=guest_errors(503))
 def lean_check(body: LeanBody, state: StateDep) -> Any:
     """Does the project's Basic.lean contain ``header`` and build without ``sorry``?"""
     project = state.settings.lean_project
@@ -110,7 +111,7 @@ def lean_check(body: LeanBody, state: StateDep) -> Any:
     return {"pass": done.returncode == 0 and "declaration uses 'sorry'" not in done.output}
 
 
-@router.post("/tex/check")
+@router.post("/tex/check", responses=guest_errors(503))
 def tex_check(body: TexBody, state: StateDep) -> Any:
     """Compile like ScienceBoard: pdflatex, and with ``bibtex`` also bibtex + pdflatex twice."""
     missing = [t for t in ("pdflatex", "bibtex") if shutil.which(t, path=state.env["PATH"]) is None]

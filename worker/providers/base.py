@@ -120,20 +120,24 @@ class Desktop(abc.ABC):
     def act(self, action: Action) -> ActResult:
         return self._guest().act(action)
 
-    def settle(self, *, timeout_s: float = 10.0, poll_s: float = 0.05,
+    def settle(self, *, timeout_s: float = 10.0, poll_s: float = 0.05, quiet_s: float = 0.2,
                width: int = 320) -> bool:
-        """Wait until the screen stops changing (two consecutive small screenshots equal), at
-        most ``timeout_s``; whether it settled. Applications such as TeXstudio handle keys
+        """Wait until the screen stops changing (small screenshots unchanged for ``quiet_s``),
+        at most ``timeout_s``; whether it settled. Applications such as TeXstudio handle keys
         typed during a state change (a panel closing, focus moving) out of step with the
-        change, so the next action waits for the previous one to take effect."""
+        change, so the next action waits for the previous one to take effect; the quiet period
+        covers an application that is busy and has not repainted yet."""
         deadline = time.monotonic() + timeout_s
         previous = self.observe(width=width).image
+        changed = time.monotonic()
         while time.monotonic() < deadline:
             time.sleep(poll_s)
             current = self.observe(width=width).image
-            if current == previous:
+            now = time.monotonic()
+            if current != previous:
+                previous, changed = current, now
+            elif now - changed >= quiet_s:
                 return True
-            previous = current
         return False
 
     def health(self) -> Health:

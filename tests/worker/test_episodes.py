@@ -1,0 +1,259 @@
+"""``coda worker`` end to end: real master, real model services, real Xvfb desktops with real
+applications, the worker as a real process.
+
+- the tiny random models: their garbage output becomes recorded step errors and the episode
+  still ends cleanly; a judge job returns a verdict;
+- the replay backend (recorded planner and executor outputs at the backend seam, everything
+  else real) solves the bundled ScienceBoard TeXstudio task C-02: the task's own checkers pass;
+  a group job samples G plans at a step and scores them;
+- faults: a worker killed with SIGKILL mid-episode (another worker finishes it after the lease
+  expires, once, without duplicate steps), a desktop killed mid-episode (the attempt fails with
+  its reason, is requeued, the slot recovers), SIGTERM (running episodes drain).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda.modelservice.process import ServiceProcess
+from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
+from tests.fixtures.services import (
+    RunningService,
+    Store,
+    executor_settings,
+    planner_settings,
+)
+
+from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
+
+pytestmark = pytest.mark.slow
+
+REPLAYS = ROOT / "examples" / "replays"
+C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
+C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
+EPISODE_TIMEOUT = 240.0
+
+
+@pytest.fixture(scope="module")
+def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[tuple[str, str]]:
+    """Planner and executor services answering from the recorded TeXstudio C-02 outputs."""
+    work = tmp_path_factory.mktemp("replay-services")
+    planner = ServiceProcess.of("planner", planner_settings(
+        REPLAYS / "texstudio-C-02.planner.json", service_store, work, backend="replay"),
+        work / "planner.log")
+    executor = ServiceProcess.of("executor", executor_settings(
+        REPLAYS / "texstudio-C-02.executor.json", service_store, backend="replay"),
+        work / "executor.log")
+    started = []
+    try:
+        for p in (planner, executor):
+            p.start()
+            started.append(p)
+        for p in started:
+            p.wait_ready()
+        yield planner.url, executor.url
+    finally:
+        for p in started:
+            p.stop()
+
+
+@pytest.fixture
+def wmaster(master_factory: Any, service_store: Store) -> MasterProcess:
+    """A master whose artifact store is the one the model services read."""
+    return master_factory(CODA_ARTIFACTS_URL=str(service_store.root),  # type: ignore[no-any-return]
+                          CODA_MAX_UPLOAD_BYTES=str(16 * 1024 * 1024))
+
+
+def _steps_by_attempt(episode: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for s in episode["steps"]:
+        out.setdefault(s["attempt"], []).append(s)
+    return out
+
+
+def _wait_episode(rest: Rest, episode_id: str, worker: WorkerProcess | None,
+                  status: str = "completed", timeout: float = EPISODE_TIMEOUT) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        ep = rest.episode(episode_id)
+        if ep["status"] == "failed" and status != "failed":
+            raise AssertionError(f"episode failed: {ep['error']}"
+                                 + (f"\nworker log:\n{worker.log()}" if worker else ""))
+        return ep if ep["status"] == status else None
+
+    return wait_for(probe, f"episode {episode_id} {status}", timeout, worker)  # type: ignore[no-any-return]
+
+
+def _wait_steps(rest: Rest, episode_id: str, n: int, worker: WorkerProcess) -> None:
+    wait_for(lambda: len(rest.episode(episode_id)["steps"] or []) >= n,
+             f"{n} steps of {episode_id}", EPISODE_TIMEOUT, worker)
+
+
+def _assert_c02_solved(ep: dict[str, Any], attempt: int) -> None:
+    summary = [(s["attempt"], s["index"], (s["action"] or {}).get("type"), s["outcome"],
+                s["error"]) for s in ep["steps"]]
+    assert ep["status"] == "completed" and ep["success"] is True, (ep["status"], summary)
+    steps = _steps_by_attempt(ep)[attempt]
+    assert [s["index"] for s in steps] == list(range(len(C02_ACTIONS)))
+    assert [s["action"]["type"] for s in steps] == C02_ACTIONS
+    assert all(s["outcome"] == "ok" and s["screenshot"] for s in steps)
+
+
+# ---------------------------------------------------------------------------- tiny models
+
+
+def test_tiny_models_garbage_output_is_recorded_as_step_errors(
+        wmaster: MasterProcess, planner_service: RunningService,
+        executor_service: RunningService, judge_service: RunningService, desktop_host: None,
+        tmp_path: Path) -> None:
+    rest = Rest(wmaster)
+    task = {"id": "tiny-terminal", "app": "xterm", "step_budget": 3,
+            "instruction": "Open a terminal and list the files of the home folder."}
+    created = rest.submit([task], judge="always")
+    episode_id = created["episode_ids"][0]
+    env = worker_env(wmaster, planner_service.url, executor_service.url, judge_service.url)
+    with running_worker(env, tmp_path / "worker.log") as worker:
+        ep = _wait_episode(rest, episode_id, worker)
+        steps = ep["steps"]
+        assert len(steps) == 3 and ep["success"] is None  # no checker: the judge decides
+        assert [s["index"] for s in steps] == [0, 1, 2]
+        for s in steps:
+            assert s["screenshot"] and s["planner_version"] is None
+            assert s["extra"]["timings_ms"]["total"] > 0
+            if s["outcome"] != "ok":
+                assert s["error"], s
+        assert any(s["outcome"] in ("parse_error", "model_error") for s in steps), steps
+        png = rest.http.get(f"/v1/artifacts/{steps[0]['screenshot']}")
+        assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+        # the completed episode got a judge job (batch option "always"); its verdict is stored
+        judged = wait_for(lambda: rest.episode(episode_id)["verdict"], "the verdict", 180,
+                          worker)
+        assert isinstance(judged["correct"], bool) and judged["votes"]
+
+
+# ---------------------------------------------------------------------------- replay backend
+
+
+def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    planner_url, executor_url = replay_services
+    rest = Rest(wmaster)
+    created = rest.submit([C02], judge="never")
+    episode_id = created["episode_ids"][0]
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    with running_worker(env, tmp_path / "worker.log") as worker:
+        ep = _wait_episode(rest, episode_id, worker)
+        _assert_c02_solved(ep, attempt=1)
+        (tmp_path / "episode.json").write_text(json.dumps(ep, indent=1))
+        job = rest.post("/v1/jobs", {"kind": "group", "payload": {
+            "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
+        wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
+                 worker)
+    groups = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
+    assert len(groups) == 1
+    group = groups[0]["group"]
+    assert group["state"]["episode_id"] == episode_id and group["state"]["step_index"] == 0
+    assert group["target"]["type"] == "hotkey"
+    rewards = Counter(c["reward"] for c in group["candidates"])
+    assert rewards == {1.0: 4, 0.0: 4}  # the recorded right plan and the wrong one, alternating
+    assert all(c["plan"].startswith("Thought:") for c in group["candidates"])
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+def test_worker_killed_mid_episode_another_worker_finishes_it_once(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    planner_url, executor_url = replay_services
+    rest = Rest(wmaster)
+    created = rest.submit([C02], judge="never")
+    episode_id = created["episode_ids"][0]
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    first = WorkerProcess(env=env, log_path=tmp_path / "worker-a.log")
+    first.start()
+    try:
+        _wait_steps(rest, episode_id, 2, first)
+    finally:
+        first.kill()
+    with running_worker(env, tmp_path / "worker-b.log") as second:
+        ep = _wait_episode(rest, episode_id, second)
+    job = rest.job(ep["job_id"])
+    assert job["status"] == "succeeded" and job["attempts"] == 2
+    by_attempt = _steps_by_attempt(ep)
+    assert set(by_attempt) == {1, 2} and len(by_attempt[1]) >= 2
+    for steps in by_attempt.values():  # one row per (attempt, index)
+        assert len({s["index"] for s in steps}) == len(steps)
+    _assert_c02_solved(ep, attempt=2)
+    assert "job.completed" in second.log() and "job.completed" not in first.log()
+
+
+def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    planner_url, executor_url = replay_services
+    rest = Rest(wmaster)
+    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    with running_worker(env, tmp_path / "worker.log") as worker:
+        _wait_steps(rest, episode_id, 1, worker)
+        xvfb = wait_for(lambda: worker.processes("Xvfb"), "the slot's Xvfb", 30, worker)
+        for p in xvfb:
+            p.kill()
+        ep = _wait_episode(rest, episode_id, worker)
+        log = worker.log()
+    assert rest.job(ep["job_id"])["attempts"] == 2
+    failed = [json.loads(line) for line in log.splitlines()
+              if line.startswith("{") and '"job.failed"' in line]
+    assert failed and failed[0]["retry"] is True, log
+    assert failed[0]["error"].split(":")[0] in ("x_crashed", "agent_gone", "not_answering",
+                                                "blank_screen", "guest_error"), failed
+    _assert_c02_solved(ep, attempt=2)
+
+
+def test_sigterm_lets_the_running_episode_finish(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    planner_url, executor_url = replay_services
+    rest = Rest(wmaster)
+    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    worker = WorkerProcess(env=env, log_path=tmp_path / "worker.log")
+    worker.start()
+    try:
+        _wait_steps(rest, episode_id, 1, worker)
+        assert worker.terminate(timeout=EPISODE_TIMEOUT) == 0, worker.log()
+    finally:
+        worker.stop()
+    ep = rest.episode(episode_id)
+    _assert_c02_solved(ep, attempt=1)
+    assert '"given_back": 0' in worker.log()
+
+
+def test_sigterm_past_the_grace_period_gives_the_episode_back(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    planner_url, executor_url = replay_services
+    rest = Rest(wmaster)
+    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url, drain_grace_s=0.2)
+    worker = WorkerProcess(env=env, log_path=tmp_path / "worker.log")
+    worker.start()
+    try:
+        _wait_steps(rest, episode_id, 1, worker)
+        assert worker.terminate(timeout=60) == 0, worker.log()
+    finally:
+        worker.stop()
+    ep = rest.episode(episode_id)
+    job = rest.job(ep["job_id"])
+    assert job["status"] == "queued" and "worker_stopping" in (job["error"] or ""), job
+    assert ep["status"] == "queued"
+    with running_worker(env, tmp_path / "worker-2.log") as again:  # requeued: it runs again
+        _assert_c02_solved(_wait_episode(rest, episode_id, again), attempt=2)

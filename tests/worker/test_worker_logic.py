@@ -1,0 +1,125 @@
+"""Pure parts of the worker: history rebuilt from stored steps, attempts, judge steps, group
+states, the task's ready window, step timings, settings and provider options."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from coda.actions import Hotkey
+from coda.contracts.records import Episode, EpisodeStatus, Step
+from coda.tasks import TaskSpec, load_task_file
+from worker.episode import StepTimes, ready_titles
+from worker.followups import JobRefused, judge_steps, state_of
+from worker.history import attempt_steps, clip, history_of, storable
+from worker.providers.factory import ProviderConfigError, make_provider
+from worker.settings import WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sha256/ab/" + "a" * 64 + ".png"
+
+
+def step(index: int, attempt: int = 1, thought: str | None = "Thought: t\nAction: a",
+         **kw: object) -> Step:
+    fields: dict[str, object] = {"screenshot": KEY,
+                                 "raw_executor_text": f"click(start_box='({index},{index})')"}
+    fields.update(kw)
+    return Step.model_validate({"index": index, "attempt": attempt, "thought": thought,
+                                **fields})
+
+
+def test_history_keeps_steps_with_plan_text_and_clips_it() -> None:
+    steps = [step(0), step(1, thought=None), step(2, thought="x\x00y" + "z" * 70_000)]
+    hist = history_of(steps)
+    assert len(hist) == 2 and hist[0].screenshot is not None and hist[0].screenshot.ref == KEY
+    assert "\x00" not in hist[1].thought and len(hist[1].thought) == 65_536
+    assert len(history_of([step(i) for i in range(100)], keep=10)) == 10
+    assert clip("a\x00b", 2) == "ab"
+
+
+def test_storable_removes_nul_from_model_output_everywhere() -> None:
+    # a tiny judge's raw vote held a NUL: the master refused the verdict (422) and the judge job
+    # failed; every result and step now goes out without NULs
+    verdict = {"correct": False, "votes": [{"raw": "a\x00b", "score": 1.5, "ok": None}],
+               "k\x00": ["x\x00", 3, {"deep": ["\x00"]}]}
+    assert storable(verdict) == {"correct": False, "votes": [{"raw": "ab", "score": 1.5,
+                                                                "ok": None}],
+                                 "k": ["x", 3, {"deep": [""]}]}
+    same = {"text": "no nul here"}
+    assert storable(same)["text"] is same["text"]
+
+
+def test_attempt_steps_default_to_the_latest_attempt() -> None:
+    steps = [step(1, 2), step(0, 1), step(0, 2), step(1, 1), step(2, 1)]
+    assert [(s.attempt, s.index) for s in attempt_steps(steps)] == [(2, 0), (2, 1)]
+    assert [s.index for s in attempt_steps(steps, 1)] == [0, 1, 2]
+    assert attempt_steps([]) == []
+
+
+def test_judge_steps_carry_screenshot_thought_and_action_text() -> None:
+    js = judge_steps([step(0), step(1, screenshot=None), step(2)])
+    assert [j.action for j in js] == ["click(start_box='(0,0)')", "click(start_box='(2,2)')"]
+    typed = step(0, raw_executor_text=None, action=Hotkey(keys=["ctrl", "s"]).model_dump())
+    assert "hotkey" in (judge_steps([typed])[0].action or "")
+
+
+def _episode(steps: list[Step]) -> Episode:
+    return Episode(id=uuid.uuid4(), batch_id=uuid.uuid4(), job_id=uuid.uuid4(), task_id="t",
+                   app="TeXstudio", rollout=0, status=EpisodeStatus.COMPLETED,
+                   created_at=datetime.now(UTC), steps=steps, instruction="fix the typo")
+
+
+def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
+    steps = [step(0), step(1, extra={"screen": {"width": 1920, "height": 1080}})]
+    state, target_step = state_of(_episode(steps), steps, 1)
+    assert state.step_index == 1 and state.instruction == "fix the typo"
+    assert (state.screen_width, state.screen_height) == (1920, 1080)
+    assert state.previous_screenshot == KEY and len(state.history) == 1
+    assert state.history[0]["screenshot"] == KEY and target_step.index == 1
+    with pytest.raises(JobRefused, match="no step 7"):
+        state_of(_episode(steps), steps, 7)
+    no_instruction = _episode(steps).model_copy(update={"instruction": None})
+    with pytest.raises(JobRefused, match="instruction"):
+        state_of(no_instruction, steps, 0)
+
+
+def test_ready_titles_name_the_opened_files_else_the_app() -> None:
+    tex = load_task_file(ROOT / "examples/scienceboard/VM/TeXstudio/C-02.json")
+    assert ready_titles(tex) == ["main.tex"]
+    kalgebra = load_task_file(ROOT / "examples/scienceboard/VM/KAlgebra/A-01.json")
+    assert ready_titles(kalgebra) == ["KAlgebra"]  # LD_LIBRARY_PATH=/x/6.5.0/... is no file
+    bare = TaskSpec(id="x", app="xterm", instruction="do it")
+    assert ready_titles(bare) == ["xterm"]
+
+
+def test_step_overhead_leaves_out_models_and_the_action() -> None:
+    t = StepTimes(total=500, plan_model=100, execute_model=50, act=20, settle=300)
+    assert t.overhead() == 30 and t.as_dict()["overhead"] == 30
+    assert StepTimes(total=10, settle=20).overhead() == 0
+
+
+def test_settings_read_lists_and_json_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                           ) -> None:
+    monkeypatch.setenv("CODA_WORKER_KINDS", "judge, group")
+    monkeypatch.setenv("CODA_WORKER_JUDGE_POLICY", '{"votes": 2}')
+    monkeypatch.setenv("CODA_WORKER_PROVIDER_OPTIONS", '{"ram": "8G"}')
+    s = WorkerSettings()
+    assert [k.value for k in s.kinds] == ["judge", "group"]
+    assert s.judge_policy.votes == 2 and s.provider_options == {"ram": "8G"}
+
+
+def test_provider_options_are_checked_by_name() -> None:
+    with pytest.raises(ProviderConfigError, match=r"provider_options\.nope"):
+        make_provider("local", {"nope": 1})
+    with pytest.raises(ProviderConfigError, match="template_vmx"):
+        make_provider("vmware", {})
+    with pytest.raises(ProviderConfigError, match="unknown provider"):
+        make_provider("hyperv")
+    local = make_provider("local", screen=(800, 600))
+    try:
+        assert local.name == "local"
+    finally:
+        local.close()

@@ -1,0 +1,370 @@
+"""One episode attempt on one desktop: reset -> setup -> (screenshot -> planner -> executor ->
+act -> record)* -> checkers -> result.
+
+Failures are sorted by whose fault they are:
+
+- the desktop (agent gone, X crashed, a hung application that stops answering): the attempt
+  fails with the typed reason (:class:`AttemptFailed`); the master requeues it and the slot's
+  next reset replaces the desktop;
+- a model service that answers with an error, or model output that does not parse: a recorded
+  step error, counted against the step budget; the episode goes on;
+- a model service that cannot be reached at all: the attempt fails (retryable);
+- the lease (the master gave the job to someone else): :class:`LeaseGone`, nothing more is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from coda.actions import Action, Answer, Done, Fail
+from coda.clients.base import ServiceError
+from coda.clients.executor import ExecutorClient
+from coda.clients.master import MasterClient
+from coda.clients.planner import PlannerClient
+from coda.contracts.desktop import DesktopBroken, EpisodeEnd, Observation, StepStatus
+from coda.contracts.records import EpisodePayload, EpisodeResult, Job, Step, StepOutcome
+from coda.contracts.services_api import ActRequest, ImageRef, PlanRequest, Sampling
+from coda.logging import get_logger
+from coda.tasks import TaskSpec
+from worker.history import clip, history_of, storable
+from worker.providers.base import Desktop
+from worker.providers.client import GuestError
+from worker.settings import WorkerSettings
+from worker.tasks import TaskContext, run_checkers, run_setup
+from worker.tasks.checkers import episode_end
+
+log = get_logger("worker.episode")
+T = TypeVar("T")
+
+FAIL_HINTS = frozenset({"FAIL", "fail()", "FAIL()"})
+LAUNCHING = frozenset({"launch", "open", "execute", "command"})
+"""Setup steps that may start the task's application."""
+
+
+_FILE_NAME = re.compile(r"^[^/=]+\.[A-Za-z][A-Za-z0-9]{0,7}$")
+
+
+def _file_names(value: str) -> list[str]:
+    """Names of the files a command line or path names (``/x/main.tex`` -> ``main.tex``)."""
+    out = []
+    for arg in value.split():
+        name = arg.strip("'\"").rsplit("/", 1)[-1]
+        if "/" in arg and "=" not in arg and _FILE_NAME.match(name):
+            out.append(name)
+    return out
+
+
+def ready_titles(task: TaskSpec) -> list[str]:
+    """What the title of the task's ready window contains (pure): the names of the files its
+    setup opens (document applications title their main window with the file, and a splash
+    screen shows no file name), else the application's name."""
+    names: list[str] = []
+    for step in task.setup:
+        if step.func not in LAUNCHING:
+            continue
+        extra = step.model_extra or {}
+        for key in ("command", "path", "file"):
+            value = extra.get(key)
+            parts = value if isinstance(value, list) else [value]
+            for part in parts:
+                if isinstance(part, str):
+                    names += _file_names(part)
+    return list(dict.fromkeys(names)) or [task.app]
+
+
+def wait_for_app(desktop: Desktop, titles: list[str], timeout_s: float,
+                 poll_s: float = 0.2) -> bool:
+    """Wait until a window whose title contains one of ``titles`` (case-insensitive) is on the
+    desktop, at most ``timeout_s``; whether it appeared. Titles, not window classes: a splash
+    screen shares the application's class, and keys sent to it are lost. Guests that cannot
+    list windows (OSWorld's) answer at once with False, and the screen settling is all the
+    worker waits for."""
+    guest = desktop.guest
+    needles = [t.lower() for t in titles]
+    deadline = time.monotonic() + timeout_s
+    while guest is not None:
+        windows = guest.windows()
+        if windows is None:
+            return False
+        for w in windows:
+            title = str(w.get("title", "")).lower()
+            if any(n in title for n in needles):
+                return True
+        if time.monotonic() >= deadline:
+            log.warning("episode.app_not_seen", titles=titles, seconds=timeout_s)
+            return False
+        time.sleep(poll_s)
+    return False
+
+
+class AttemptFailed(RuntimeError):
+    """This attempt cannot go on; ``reason`` is typed (a :class:`BrokenReason` value,
+    ``setup_failed``, ``service_unreachable``, ...); ``retry`` whether another attempt may help."""
+
+    def __init__(self, reason: str, detail: str, *, retry: bool = True) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.retry = retry
+
+
+class LeaseGone(RuntimeError):
+    """The master no longer holds this job for us (expired, requeued, cancelled)."""
+
+
+def lease_lost(exc: ServiceError) -> bool:
+    return exc.status in (404, 409, 410)
+
+
+@dataclass
+class StepTimes:
+    """Where one step's time went (milliseconds)."""
+
+    observe: float = 0.0
+    upload: float = 0.0
+    plan: float = 0.0
+    plan_model: float = 0.0
+    execute: float = 0.0
+    execute_model: float = 0.0
+    act: float = 0.0
+    settle: float = 0.0
+    report: float = 0.0
+    total: float = 0.0
+
+    def overhead(self) -> float:
+        """The worker's own time: all but model inference and the action's own effect (the
+        guest acting and the screen settling)."""
+        return max(0.0, self.total - self.plan_model - self.execute_model - self.act
+                   - self.settle)
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: round(v, 3) for k, v in self.__dict__.items()}
+        out["overhead"] = round(self.overhead(), 3)
+        return out
+
+
+def executor_sampling(settings: WorkerSettings) -> Sampling:
+    return Sampling(temperature=settings.executor_temperature,
+                    max_tokens=settings.executor_max_tokens)
+
+
+def answer_mode(payload: EpisodePayload) -> bool:
+    """ScienceBoard tasks that end with an answer (a ``stop`` item of value ``ANS``) use the
+    planner's ANS prompt."""
+    return any(e.type == "stop" and (e.model_extra or {}).get("value") == "ANS"
+               for e in payload.task.evaluators)
+
+
+@dataclass
+class EpisodeRun:
+    """Runs one leased episode job on one desktop."""
+
+    job: Job
+    desktop: Desktop
+    master: MasterClient
+    planner: PlannerClient
+    executor: ExecutorClient
+    settings: WorkerSettings
+    pool: Executor | None = None
+    steps: list[Step] = field(default_factory=list)
+    times: list[StepTimes] = field(default_factory=list)
+    _report: asyncio.Task[None] | None = None
+
+    async def flush_report(self) -> None:
+        """Wait for the step report in flight (its error, e.g. :class:`LeaseGone`, here)."""
+        pending, self._report = self._report, None
+        if pending is not None:
+            await pending
+
+    async def _thread(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kw))
+
+    async def _desktop(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """A desktop call; a broken desktop fails the attempt with its typed reason."""
+        try:
+            return await self._thread(fn, *args, **kw)
+        except DesktopBroken as exc:
+            raise AttemptFailed(exc.reason.value, exc.detail) from exc
+        except GuestError as exc:
+            raise AttemptFailed("guest_error", str(exc)) from exc
+
+    async def _master(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except ServiceError as exc:
+            if lease_lost(exc):
+                raise LeaseGone(str(exc)) from exc
+            raise
+
+    # ------------------------------------------------------------------------------------
+
+    async def run(self) -> EpisodeResult:
+        try:
+            return await self._run()
+        finally:  # a failed attempt keeps the steps it reported
+            with contextlib.suppress(BaseException):
+                await self.flush_report()
+
+    async def _run(self) -> EpisodeResult:
+        payload = EpisodePayload.model_validate(self.job.payload)
+        task = payload.task
+        log.info("episode.start", job=str(self.job.id), episode=str(payload.episode_id),
+                 task=task.id, app=task.app, attempt=self.job.attempt, slot=self.desktop.slot)
+        await self._desktop(self.desktop.reset)
+        ctx = TaskContext.for_desktop(self.desktop, task)
+        report = await self._desktop(run_setup, ctx)
+        problem = report.first_problem
+        if problem is not None:
+            permanent = problem.status in (StepStatus.UNSUPPORTED, StepStatus.UNAVAILABLE)
+            raise AttemptFailed("setup_failed", f"step {problem.index} ({problem.func}) "
+                                f"{problem.status.value}: {problem.detail}", retry=not permanent)
+        if any(step.func in LAUNCHING for step in task.setup):
+            await self._desktop(wait_for_app, self.desktop, ready_titles(task),
+                                self.settings.app_ready_timeout_s)
+        await self._settle()
+        budget = min(task.step_budget, self.settings.max_steps or task.step_budget)
+        last: Action | None = None
+        ended = False
+        for index in range(budget):
+            last, ended = await self._step(payload, index)
+            if ended:
+                break
+        await self.flush_report()
+        end = episode_end(last if ended else None)
+        outcome = await self._desktop(run_checkers, ctx, end)
+        final = await self._desktop(self.desktop.observe)
+        final_key = (await self._master(self.master.upload_artifact(
+            final.image, final.media_type))).key
+        errors = sum(1 for s in self.steps if s.outcome is not StepOutcome.OK)
+        log.info("episode.end", job=str(self.job.id), episode=str(payload.episode_id),
+                 end=end.kind, verdict=outcome.verdict.value, steps=len(self.steps),
+                 step_errors=errors)
+        return EpisodeResult(
+            success=outcome.success,
+            score=None if outcome.success is None else float(outcome.success),
+            answer=end.answer, final_screenshot=final_key, steps=len(self.steps),
+            info={"end": end.kind, "verdict": outcome.verdict.value,
+                  "checks": [r.model_dump(mode="json") for r in outcome.results],
+                  "setup": [s.model_dump(mode="json") for s in report.steps],
+                  "step_errors": errors, "slot": self.desktop.slot,
+                  "overhead_ms": [round(t.overhead(), 3) for t in self.times]})
+
+    async def _settle(self) -> float:
+        if self.settings.settle_timeout_s <= 0:
+            return 0.0
+        start = time.perf_counter()
+        await self._desktop(self.desktop.settle, timeout_s=self.settings.settle_timeout_s)
+        return (time.perf_counter() - start) * 1000
+
+    async def _step(self, payload: EpisodePayload, index: int) -> tuple[Action | None, bool]:
+        """One step; returns the action taken (if any) and whether the episode ended."""
+        t = StepTimes()
+        start = time.perf_counter()
+        obs: Observation = await self._desktop(self.desktop.observe)
+        t.observe = (time.perf_counter() - start) * 1000
+        mark = time.perf_counter()
+        key = (await self._master(self.master.upload_artifact(obs.image, obs.media_type))).key
+        t.upload = (time.perf_counter() - mark) * 1000
+        shot = ImageRef(ref=key)
+        history = history_of(self.steps)
+        task = payload.task
+        step = Step(index=index, screenshot=key, planner_version=payload.planner_version)
+        step.extra["screen"] = {"width": obs.screen_width, "height": obs.screen_height}
+        action: Action | None = None
+        ended = False
+
+        mark = time.perf_counter()
+        try:
+            plans = await self.planner.plan(PlanRequest(
+                instruction=clip(task.instruction), screenshot=shot, history=history,
+                sampling=Sampling(temperature=self.settings.temperature,
+                                  max_tokens=self.settings.max_tokens),
+                answer_mode=answer_mode(payload), adapter=payload.planner_version))
+            plan = plans.plans[0]
+            t.plan_model = min(plans.latency_ms, (time.perf_counter() - mark) * 1000)
+        except ServiceError as exc:
+            plan = None
+            step.outcome, step.error = StepOutcome.MODEL_ERROR, clip(f"planner: {exc}", 2000)
+        except httpx.TransportError as exc:
+            raise AttemptFailed("service_unreachable", f"planner: {exc!r}") from exc
+        t.plan = (time.perf_counter() - mark) * 1000
+
+        if plan is not None:
+            step.thought = clip(plan.text)
+            step.planner_version = plan.version if plan.version != "base" else None
+            step.extra["plan"] = {"thought": clip(plan.thought, 4000),
+                                  "action_hint": plan.action_hint, "finished": plan.finished,
+                                  "answer": plan.answer, "answer_mode": answer_mode(payload),
+                                  "completion_tokens": plan.completion_tokens}
+            if plan.finished:
+                action = Answer(text=plan.answer) if plan.answer is not None else Done()
+                ended = True
+            elif (plan.action_hint or "").strip() in FAIL_HINTS:
+                action, ended = Fail(), True
+            elif not plan.text.strip():
+                step.outcome, step.error = StepOutcome.PARSE_ERROR, "planner: empty output"
+            else:
+                action, ended = await self._execute(payload, step, shot, obs, history, t)
+        if action is not None:
+            step.action = action
+            if not ended:
+                mark = time.perf_counter()
+                result = await self._desktop(self.desktop.act, action)
+                t.act = (time.perf_counter() - mark) * 1000
+                if not result.ok:
+                    step.outcome = StepOutcome.EXECUTION_ERROR
+                    step.error = clip(f"guest: {result.error or 'action failed'}", 2000)
+                t.settle = await self._settle()
+        # The step goes to the master while the next one starts; the previous report must have
+        # landed first (steps stay in order, and a lease the master took back stops us here).
+        mark = time.perf_counter()
+        await self.flush_report()
+        t.report = (time.perf_counter() - mark) * 1000
+        t.total = (time.perf_counter() - start) * 1000
+        step.latency_ms = t.total
+        step.extra["timings_ms"] = t.as_dict()
+        step = Step.model_validate(storable(step.model_dump(mode="json")))
+        self._report = asyncio.create_task(self._master(self.master.report_step(self.job, step)))
+        self.steps.append(step)
+        self.times.append(t)
+        return (action if step.outcome is StepOutcome.OK else None), ended
+
+    async def _execute(self, payload: EpisodePayload, step: Step, shot: ImageRef,
+                       obs: Observation, history: list[Any],
+                       t: StepTimes) -> tuple[Action | None, bool]:
+        mark = time.perf_counter()
+        try:
+            res = await self.executor.act(ActRequest(
+                instruction=clip(payload.task.instruction), thought=step.thought or "",
+                screenshot=shot, history=history, screen_width=obs.screen_width,
+                screen_height=obs.screen_height, sampling=executor_sampling(self.settings)))
+            t.execute_model = min(res.latency_ms, (time.perf_counter() - mark) * 1000)
+        except ServiceError as exc:
+            step.outcome, step.error = StepOutcome.MODEL_ERROR, clip(f"executor: {exc}", 2000)
+            return None, False
+        except httpx.TransportError as exc:
+            raise AttemptFailed("service_unreachable", f"executor: {exc!r}") from exc
+        finally:
+            t.execute = (time.perf_counter() - mark) * 1000
+        step.raw_executor_text = clip(res.raw)
+        if res.error is not None or res.action is None:
+            step.outcome = StepOutcome.PARSE_ERROR
+            step.error = clip(f"executor: {res.error.message if res.error else 'no action'}",
+                              2000)
+            return None, False
+        return res.action, isinstance(res.action, Done | Fail | Answer)
+
+
+def end_of(steps: list[Step]) -> EpisodeEnd:
+    """How a recorded episode ended (its last step's action)."""
+    return episode_end(steps[-1].action if steps else None)

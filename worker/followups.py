@@ -1,0 +1,157 @@
+"""The jobs that turn a finished episode into training data, run without a desktop:
+
+- a **judge** job sends the stored screenshots and steps of the episode's last attempt to the
+  judge service and returns its verdict (the master stores it, labels the steps and makes the
+  group jobs);
+- a **group** job rebuilds the planner input of one positive step from the stored screenshots
+  and history (the episode loop's own history rule), samples G plans in one planner call,
+  grounds them in one executor batch call and scores each against the labelled action with
+  the reward of :mod:`coda.rewards`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coda.actions import Action, Answer, Done
+from coda.clients.executor import ExecutorClient
+from coda.clients.judge import JudgeClient
+from coda.clients.master import MasterClient
+from coda.clients.planner import PlannerClient
+from coda.contracts.master_api import (
+    GroupJobPayload,
+    GroupJobResult,
+    JudgeJobPayload,
+    JudgeJobResult,
+)
+from coda.contracts.records import Episode, Job, Step
+from coda.contracts.services_api import (
+    MAX_TEXT,
+    ActBatchRequest,
+    ImageRef,
+    JudgeRequest,
+    JudgeStep,
+    Plan,
+    PlanRequest,
+    Sampling,
+)
+from coda.contracts.training import Candidate, Group, StateRef
+from coda.logging import get_logger
+from coda.rewards import action_reward
+from worker.episode import executor_sampling
+from worker.history import attempt_steps, clip, history_of
+from worker.settings import WorkerSettings
+
+log = get_logger("worker.followups")
+
+NO_PLAN_TEXT = "Thought: (the planner wrote nothing)"
+
+
+class JobRefused(ValueError):
+    """The job cannot be done from what the master stores (retrying will not help)."""
+
+
+def judge_steps(steps: list[Step]) -> list[JudgeStep]:
+    """The judge's view of recorded steps (pure): each screenshot with its thought and the
+    executor's action text (or the typed action when the executor wrote none)."""
+    out = []
+    for s in steps:
+        if not s.screenshot:
+            continue
+        action = s.raw_executor_text or (s.action.model_dump_json() if s.action else None)
+        out.append(JudgeStep(screenshot=ImageRef(ref=s.screenshot),
+                             thought=clip(s.thought) if s.thought else None,
+                             action=clip(action) if action else None))
+    return out
+
+
+async def run_judge(job: Job, *, master: MasterClient, judge: JudgeClient,
+                    settings: WorkerSettings) -> JudgeJobResult:
+    payload = JudgeJobPayload.model_validate(job.payload)
+    episode = await master.get_episode(payload.episode_id, steps=True)
+    steps = judge_steps(attempt_steps(episode.steps or []))
+    if not steps:
+        raise JobRefused(f"episode {episode.id} has no recorded step with a screenshot")
+    policy = settings.judge_policy.model_copy(update={"label_rule": payload.label_rule})
+    resp = await judge.judge_request(JudgeRequest(
+        instruction=clip(_instruction(episode)), steps=steps[-1024:], policy=policy))
+    log.info("judge.done", job=str(job.id), episode=str(episode.id),
+             correct=resp.verdict.correct, positive=len(resp.verdict.positive_steps))
+    return JudgeJobResult(verdict=resp.verdict)
+
+
+def _instruction(episode: Episode) -> str:
+    if not episode.instruction:
+        raise JobRefused(f"episode {episode.id}: the master returned no instruction")
+    return episode.instruction
+
+
+def plan_action(plan: Plan) -> Action | None:
+    """The action a finished plan stands for (DONE or an answer), else None."""
+    if not plan.finished:
+        return None
+    return Answer(text=plan.answer) if plan.answer is not None else Done()
+
+
+def state_of(episode: Episode, steps: list[Step], index: int) -> tuple[StateRef, Step]:
+    """The stored state before step ``index`` of ``steps`` (one attempt's steps), pure."""
+    by_index = {s.index: s for s in steps}
+    step = by_index.get(index)
+    if step is None or not step.screenshot:
+        raise JobRefused(f"episode {episode.id} has no step {index} with a screenshot")
+    before = [s for s in steps if s.index < index]
+    screen = step.extra.get("screen") or {}
+    history = [h.model_dump(mode="json", exclude_none=True) for h in history_of(before)]
+    prev = before[-1].screenshot if before else None
+    state = StateRef(
+        episode_id=episode.id, step_index=index, instruction=_instruction(episode),
+        app=episode.app, screenshot=step.screenshot, previous_screenshot=prev,
+        history=[{"thought": h["thought"], "action_text": h.get("action_text"),
+                  "screenshot": (h.get("screenshot") or {}).get("ref")} for h in history],
+        screen_width=int(screen.get("width", 1280)), screen_height=int(screen.get("height", 800)))
+    return state, step
+
+
+async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
+                    executor: ExecutorClient, settings: WorkerSettings) -> GroupJobResult:
+    payload = GroupJobPayload.model_validate(job.payload)
+    episode = await master.get_episode(payload.episode_id, steps=True)
+    steps = attempt_steps(episode.steps or [], payload.attempt)
+    state, step = state_of(episode, steps, payload.step_index)
+    if step.action is None:
+        raise JobRefused(f"step {payload.step_index} of episode {episode.id} has no action")
+    target = step.action
+    history = history_of([s for s in steps if s.index < payload.step_index])
+    shot = ImageRef(ref=state.screenshot)
+    plan_extra: dict[str, Any] = step.extra.get("plan") or {}
+    resp = await planner.plan(PlanRequest(
+        instruction=clip(state.instruction), screenshot=shot, history=history,
+        n=payload.group_size,
+        sampling=Sampling(temperature=settings.group_temperature,
+                          max_tokens=settings.max_tokens),
+        answer_mode=bool(plan_extra.get("answer_mode", False)),
+        adapter=payload.planner_version, return_logprobs=True))
+    plans = resp.plans
+    texts = [clip(p.text) if p.text.strip() else NO_PLAN_TEXT for p in plans]
+    grounded = await executor.act_batch(ActBatchRequest(
+        instruction=clip(state.instruction), thoughts=[t[:MAX_TEXT] for t in texts],
+        screenshot=shot, history=history, screen_width=state.screen_width,
+        screen_height=state.screen_height, sampling=executor_sampling(settings)))
+    screen = (state.screen_width, state.screen_height)
+    candidates = []
+    for plan, result in zip(plans, grounded.results, strict=True):
+        action = plan_action(plan) or result.action
+        candidates.append(Candidate(
+            plan=plan.text, action=action, raw_action=result.raw,
+            reward=action_reward(action, target, screen),
+            planner_version=plan.version if plan.version != "base" else None,
+            token_count=len(plan.token_ids) if plan.token_ids is not None
+            else plan.completion_tokens,
+            token_ids=plan.token_ids, logprobs=plan.logprobs))
+    group = Group(state=state, target=target, candidates=candidates,
+                  planner_version=payload.planner_version)
+    rewards = [c.reward for c in candidates]
+    log.info("group.done", job=str(job.id), episode=str(episode.id), step=payload.step_index,
+             size=len(candidates), reward_mean=round(sum(rewards) / len(rewards), 4),
+             reward_max=max(rewards))
+    return GroupJobResult(group=group)

@@ -1,0 +1,57 @@
+"""Build the provider a worker's settings name (``local``, ``docker``, ``vmware``, ``vsphere``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from worker.providers.base import Provider
+
+
+class ProviderConfigError(ValueError):
+    """The provider options do not fit the provider (names the option)."""
+
+
+def _settings(cls: type[Any], options: dict[str, Any], provider: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ProviderConfigError(
+            f"provider_options.{unknown[0]}: not an option of the {provider} provider "
+            f"(options: {', '.join(sorted(known))})")
+    values = {}
+    for name, value in options.items():
+        kind = str(known[name].type)
+        values[name] = Path(value) if "Path" in kind and isinstance(value, str) else value
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a required option is missing
+        raise ProviderConfigError(f"provider_options: {exc}") from None
+
+
+def make_provider(name: str, options: dict[str, Any] | None = None, *,
+                  screen: tuple[int, int] = (1280, 800),
+                  slot_root: Path | None = None) -> Provider[Any]:
+    opts = dict(options or {})
+    if name == "local":
+        from worker.providers.local import LocalProvider, LocalSettings
+
+        opts.setdefault("screen", tuple(screen))
+        if slot_root is not None:
+            opts.setdefault("root", slot_root)
+        return LocalProvider(_settings(LocalSettings, opts, name))
+    if name == "docker":
+        from worker.providers.docker import DockerProvider, DockerSettings
+
+        return DockerProvider(_settings(DockerSettings, opts, name))
+    if name == "vmware":
+        from worker.providers.vmware import VmwareProvider, VmwareSettings
+
+        return VmwareProvider(_settings(VmwareSettings, opts, name))
+    if name == "vsphere":
+        from worker.providers.vsphere import VsphereProvider, VsphereSettings
+
+        return VsphereProvider(_settings(VsphereSettings, opts, name))
+    raise ProviderConfigError(f"provider: unknown provider {name!r} "
+                              "(local, docker, vmware, vsphere)")

@@ -1,0 +1,252 @@
+"""``coda worker``: async slots that lease jobs from the master and run them.
+
+Each desktop slot leases ``episode`` jobs and runs them on its own desktop; each job slot leases
+``judge`` and ``group`` jobs (no desktop). A running job's lease is kept by heartbeats; a lease
+the master took back stops the job. On SIGTERM the worker stops leasing, lets running jobs
+finish for ``drain_grace_s`` and then gives the rest back to the master for requeue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from coda.clients.base import ServiceError
+from coda.clients.executor import ExecutorClient
+from coda.clients.judge import JudgeClient
+from coda.clients.master import MasterClient
+from coda.clients.planner import PlannerClient
+from coda.contracts.master_api import WorkerRegister
+from coda.contracts.records import Job, JobKind
+from coda.logging import get_logger
+from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
+from worker.followups import JobRefused, run_group, run_judge
+from worker.history import storable
+from worker.providers.base import Provider
+from worker.settings import WorkerSettings
+
+log = get_logger("worker.runner")
+
+FOLLOWUP_KINDS = (JobKind.JUDGE, JobKind.GROUP)
+
+
+class Worker:
+    """``await Worker(settings, provider).run(stop_event)``."""
+
+    def __init__(self, settings: WorkerSettings, provider: Provider[Any]) -> None:
+        self.settings = settings
+        self.provider = provider
+        s = settings
+        token = s.secret(s.service_token)
+        self.master = MasterClient(s.master_url, token=s.token.get_secret_value(),
+                                   timeout=s.master_timeout_s + s.lease_wait_s)
+        self.planner = PlannerClient(s.planner_url, token=token, timeout=s.model_timeout_s)
+        self.executor = ExecutorClient(s.executor_url, token=token, timeout=s.model_timeout_s)
+        self.judge = JudgeClient(s.judge_url, token=token, timeout=s.model_timeout_s)
+        self.pool = ThreadPoolExecutor(max_workers=max(4, 2 * s.slots + 2),
+                                       thread_name_prefix="desktop")
+        self.worker_id: uuid.UUID | None = None
+        self.stopping = asyncio.Event()
+        self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
+        self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
+
+    # lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Register, run the slots until ``stop`` is set, drain, close."""
+        try:
+            if not await self._register(stop):
+                return
+            slots = [asyncio.create_task(self._slot([JobKind.EPISODE], n), name=f"slot-{n}")
+                     for n in range(self.settings.slots) if JobKind.EPISODE in self.settings.kinds]
+            kinds = [k for k in FOLLOWUP_KINDS if k in self.settings.kinds]
+            if kinds:
+                slots += [asyncio.create_task(self._slot(kinds, None), name=f"job-slot-{n}")
+                          for n in range(self.settings.job_slots)]
+            beat = asyncio.create_task(self._worker_heartbeats(), name="worker-heartbeat")
+            log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
+                     job_slots=self.settings.job_slots, provider=self.settings.provider,
+                     kinds=[k.value for k in self.settings.kinds])
+            await stop.wait()
+            await self._drain(slots)
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+        finally:
+            await self.aclose()
+
+    async def _register(self, stop: asyncio.Event) -> bool:
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                w = await self.master.register_worker(WorkerRegister(
+                    name=self.settings.name, host=socket.gethostname()[:200],
+                    slots=max(1, self.settings.slots + self.settings.job_slots),
+                    kinds=self.settings.kinds))
+                self.worker_id = w.id
+                return True
+            except (httpx.TransportError, ServiceError) as exc:
+                if isinstance(exc, ServiceError) and exc.status in (401, 403, 422):
+                    raise
+                log.warning("worker.master_unreachable", url=self.settings.master_url,
+                            error=str(exc), retry_in_s=delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 10.0)
+        return False
+
+    async def _drain(self, slots: list[asyncio.Task[Any]]) -> None:
+        self.stopping.set()
+        busy = len(self.running)
+        log.info("worker.draining", running=busy, grace_s=self.settings.drain_grace_s)
+        _, pending = await asyncio.wait(slots, timeout=self.settings.drain_grace_s) \
+            if slots else (set(), set())
+        for task in pending:  # past the grace period: give the jobs back
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        log.info("worker.stopped", finished_in_grace=busy - len(pending),
+                 given_back=len(pending), completed={k.value: v for k, v in
+                                                     self.completed.items()})
+
+    async def aclose(self) -> None:
+        for client in (self.master, self.planner, self.executor, self.judge):
+            await client.aclose()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.pool, self.provider.close)
+        self.pool.shutdown(wait=False)
+
+    # slots -------------------------------------------------------------------------------
+
+    async def _slot(self, kinds: list[JobKind], slot: int | None) -> None:
+        turn = 0
+        while not self.stopping.is_set():
+            kind = kinds[turn % len(kinds)]
+            turn += 1
+            job = await self._lease(kind, wait_s=self.settings.lease_wait_s / len(kinds))
+            if job is None:
+                continue
+            await self._run_job(job, slot)
+
+    async def _lease(self, kind: JobKind, wait_s: float) -> Job | None:
+        assert self.worker_id is not None
+        lease = asyncio.create_task(self.master.lease(self.worker_id, kind, wait_s=wait_s))
+        stop = asyncio.create_task(self.stopping.wait())
+        done, _ = await asyncio.wait({lease, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if lease not in done:
+            lease.cancel()  # stopping: a job claimed meanwhile expires and is requeued
+            with contextlib.suppress(BaseException):
+                await lease
+            return None
+        try:
+            jobs = lease.result()
+        except (httpx.TransportError, ServiceError) as exc:
+            log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 2.0)
+            return None
+        return jobs[0] if jobs else None
+
+    def _handler(self, job: Job, slot: int | None,
+                 ) -> Callable[[], Coroutine[Any, Any, BaseModel]]:
+        if job.kind is JobKind.EPISODE:
+            assert slot is not None
+            run = EpisodeRun(job=job, desktop=self.provider.desktop(slot), master=self.master,
+                             planner=self.planner, executor=self.executor,
+                             settings=self.settings, pool=self.pool)
+            return run.run
+        if job.kind is JobKind.JUDGE:
+            return lambda: run_judge(job, master=self.master, judge=self.judge,
+                                     settings=self.settings)
+        return lambda: run_group(job, master=self.master, planner=self.planner,
+                                 executor=self.executor, settings=self.settings)
+
+    async def _run_job(self, job: Job, slot: int | None) -> None:
+        started = time.monotonic()
+        work: asyncio.Task[BaseModel] = asyncio.create_task(self._handler(job, slot)())
+        self.running[job.id] = work
+        lost = asyncio.Event()
+        beat = asyncio.create_task(self._job_heartbeats(job, work, lost))
+        try:
+            try:
+                result = await work
+            except asyncio.CancelledError:
+                if lost.is_set():
+                    raise LeaseGone("the master took the lease back") from None
+                raise
+            await self.master.complete(job, storable(result.model_dump(mode="json")))
+            self.completed[job.kind] += 1
+            log.info("job.completed", job=str(job.id), kind=job.kind.value, attempt=job.attempt,
+                     seconds=round(time.monotonic() - started, 3))
+        except LeaseGone as exc:
+            log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value, detail=str(exc))
+        except AttemptFailed as exc:
+            await self._fail(job, f"{exc.reason}: {exc.detail}", retry=exc.retry)
+        except JobRefused as exc:
+            await self._fail(job, f"refused: {exc}", retry=False)
+        except asyncio.CancelledError:
+            # drain grace over (or the worker was killed politely): give the job back
+            await asyncio.shield(self._fail(job, "worker_stopping: the worker stopped before "
+                                                 "the job finished", retry=True))
+            raise
+        except ServiceError as exc:
+            if lease_lost(exc):
+                log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value,
+                            detail=str(exc))
+            else:
+                await self._fail(job, f"service_error: {exc}", retry=exc.status >= 500)
+        except Exception as exc:  # a bug or an unexpected answer: the attempt fails, we go on
+            log.exception("job.crashed", job=str(job.id), kind=job.kind.value)
+            await self._fail(job, f"worker_error: {type(exc).__name__}: {exc}", retry=True)
+        finally:
+            beat.cancel()
+            self.running.pop(job.id, None)
+
+    async def _fail(self, job: Job, error: str, *, retry: bool) -> None:
+        self.failed[job.kind] += 1
+        log.warning("job.failed", job=str(job.id), kind=job.kind.value, attempt=job.attempt,
+                    error=error[:500], retry=retry)
+        try:
+            await self.master.fail(job, error[:10_000], retry=retry)
+        except (ServiceError, httpx.TransportError) as exc:  # the lease expiry will requeue it
+            log.warning("job.fail_not_reported", job=str(job.id), error=str(exc))
+
+    async def _job_heartbeats(self, job: Job, work: asyncio.Task[Any],
+                              lost: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            try:
+                await self.master.heartbeat(job)
+            except ServiceError as exc:
+                if lease_lost(exc):
+                    lost.set()
+                    work.cancel()
+                    return
+                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
+            except httpx.TransportError as exc:
+                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
+
+    async def _worker_heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            assert self.worker_id is not None
+            try:
+                await self.master.worker_heartbeat(self.worker_id, busy_slots=len(self.running))
+            except ServiceError as exc:
+                if exc.status == 404:  # the master forgot us (a new database): register again
+                    await self._register(asyncio.Event())
+                else:
+                    log.warning("worker.heartbeat_failed", error=str(exc))
+            except httpx.TransportError as exc:
+                log.warning("worker.heartbeat_failed", error=str(exc))

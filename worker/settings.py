@@ -1,0 +1,86 @@
+"""Settings of ``coda worker`` (environment prefix ``CODA_WORKER_``; flags override them)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from coda.contracts.records import JobKind
+from coda.contracts.services_api import JudgePolicy
+
+ProviderName = Literal["local", "docker", "vmware", "vsphere"]
+
+
+class WorkerSettings(BaseSettings):
+    """One VM-host worker: where the master and the model services are, which desktops it
+    drives and how many, and the time limits of every outside call."""
+
+    model_config = SettingsConfigDict(env_prefix="CODA_WORKER_", extra="ignore")
+
+    master_url: str = Field(default="http://127.0.0.1:8000", pattern=r"^https?://",
+                            description="the master's base URL")
+    token: SecretStr = Field(default=SecretStr("change-me-worker"),
+                             description="a worker token of the master (CODA_WORKER_TOKENS)")
+    name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=200,
+                      description="the name the worker registers under")
+    slots: int = Field(default=1, ge=0, le=256,
+                       description="desktop slots: episodes run at once (0: judge/group jobs only)")
+    job_slots: int = Field(default=1, ge=0, le=64,
+                           description="judge and group jobs run at once (no desktop needed)")
+    kinds: Annotated[list[JobKind], NoDecode] = Field(
+        default_factory=lambda: list(JobKind),
+        description="job kinds to lease: episode, judge, group (comma-separated)")
+    provider: ProviderName = Field(default="local", description="where desktops come from")
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="the provider's own options (JSON), e.g. "
+        '{"template_vmx": "/vms/sb.vmx", "clones_dir": "/vms/clones"} for vmware')
+    screen: tuple[int, int] = Field(default=(1280, 800), description="local desktops' size")
+    slot_root: Path | None = Field(default=None,
+                                   description="folder of local slot directories (default: temp)")
+
+    planner_url: str = Field(default="http://127.0.0.1:8101", pattern=r"^https?://")
+    executor_url: str = Field(default="http://127.0.0.1:8102", pattern=r"^https?://")
+    judge_url: str = Field(default="http://127.0.0.1:8103", pattern=r"^https?://")
+    service_token: SecretStr | None = Field(
+        default=None, description="inference token of the model services (all three)")
+
+    model_timeout_s: float = Field(default=300.0, gt=0, description="per model-service call")
+    master_timeout_s: float = Field(default=30.0, gt=0, description="per master call")
+    lease_wait_s: float = Field(default=5.0, ge=0, le=60, description="long poll when idle")
+    heartbeat_interval_s: float = Field(default=10.0, gt=0,
+                                        description="job and worker heartbeats")
+    drain_grace_s: float = Field(default=60.0, ge=0,
+                                 description="SIGTERM: running jobs get this long to finish")
+    max_steps: int | None = Field(default=None, ge=1, le=1000,
+                                  description="cap on steps per episode (default: the task's)")
+    settle_timeout_s: float = Field(default=5.0, ge=0,
+                                    description="wait for the screen to settle after an action")
+    app_ready_timeout_s: float = Field(
+        default=30.0, ge=0, description="after setup, wait this long for the task's window")
+    temperature: float = Field(default=0.0, ge=0, le=2,
+                               description="planner sampling temperature during episodes")
+    max_tokens: int = Field(default=512, ge=1, le=32_768, description="planner tokens per step")
+    executor_temperature: float = Field(default=0.0, ge=0, le=2,
+                                        description="executor sampling temperature")
+    executor_max_tokens: int = Field(default=256, ge=1, le=32_768,
+                                     description="executor tokens per action")
+    group_temperature: float = Field(default=1.0, gt=0, le=2,
+                                     description="planner temperature of a GRPO group")
+    judge_policy: JudgePolicy = Field(default_factory=JudgePolicy,
+                                      description="votes, frames, resolutions (JSON)")
+
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING")
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _split(cls, v: object) -> object:
+        if isinstance(v, str) and not v.lstrip().startswith("["):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    def secret(self, value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value is not None else None
