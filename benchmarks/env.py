@@ -17,11 +17,16 @@
   not, and each runs as deployed: the agent tunes its allocator, their server does not);
 * ``action_roundtrip_ms``: a click sent to the agent (``POST /coda/act``) until it answers;
   ``osworld_action_roundtrip_ms``: the same click the way OSWorld's client sends it
-  (``/execute`` of ``python -c "import pyautogui; ..."``).
+  (``/execute`` of ``python -c "import pyautogui; ..."``);
+* ``step_overhead_ms`` (one slot, ``--episodes / 2`` episodes: the worker's own time per step,
+  nothing else competing) and ``episodes_per_min`` (``--episodes`` episodes on ``--slots`` slots,
+  with ``step_overhead_ms_<slots>_slots`` beside it): whole TeXstudio episodes through
+  ``coda worker`` with the model services on the replay backend, see
+  :mod:`benchmarks.episodes` (``--episodes 0`` skips them).
 
 Ours and theirs alternate, so load from other processes hits both alike.
 
-    python benchmarks/env.py --out benchmarks/results/env.json
+    python -m benchmarks.env --out benchmarks/results/env.json
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import os
 import platform
 import statistics
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -208,13 +214,35 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resets", type=int, default=10)
     p.add_argument("--shots", type=int, default=30)
     p.add_argument("--actions", type=int, default=20)
+    p.add_argument("--episodes", type=int, default=8, help="episodes of the worker figures")
+    p.add_argument("--slots", type=int, default=4, help="worker slots for episodes_per_min")
+    p.add_argument("--record", type=Path, default=None,
+                   help="write a succeeded episode's record (JSON) here")
     args = p.parse_args(argv)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
     load_before = os.getloadavg()
     started = time.perf_counter()
     result = measure(args)
+    if args.episodes > 0:
+        if not __package__:  # run as a script (python benchmarks/env.py): find the package
+            sys.path.insert(0, str(ROOT))
+        from benchmarks.episodes import measure as measure_episodes
+
+        # the worker's own time per step on one slot (nothing else competing for the 2 cores),
+        # then throughput with --slots slots (whose step figures show the contention)
+        alone = measure_episodes(max(1, args.episodes // 2), 1, record=args.record)
+        result.update({k: alone[k] for k in ("step_overhead_ms", "step_overhead_ms_p90",
+                                             "step_parts_ms_median", "steps")})
+        fleet = measure_episodes(args.episodes, args.slots)
+        result.update({k: fleet[k] for k in ("episodes", "episodes_completed",
+                                             "episodes_succeeded", "episodes_per_min",
+                                             "wall_s")})
+        result[f"step_overhead_ms_{args.slots}_slots"] = fleet["step_overhead_ms"]
+        result[f"step_parts_ms_median_{args.slots}_slots"] = fleet["step_parts_ms_median"]
     result.update({
-        "config": {"resets": args.resets, "shots": args.shots, "actions": args.actions},
+        "config": {"resets": args.resets, "shots": args.shots, "actions": args.actions,
+                   "episodes": args.episodes, "slots": args.slots,
+                   "episode_task": "TeXstudio/C-02 (replay backend)"},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
