@@ -55,6 +55,7 @@ def _register_service_clis() -> None:
         ("planner", "planner_service.cli", "The planner service (next-step thoughts)."),
         ("executor", "executor_service.cli", "The executor service (thought -> action)."),
         ("judge", "judge_service.cli", "The judge service (trajectory verdicts)."),
+        ("worker", "worker.cli", "The VM-host worker (episodes, judge and group jobs)."),
         ("tasks", "coda.taskgen.cli", "Task generation (auto exploration)."),
         ("trainer", "trainer.cli", "Decoupled GRPO on the planner (stage 1)."),
         ("dataset", "trainer.dataset_cli", "Stage-2 datasets of judged trajectories."),
@@ -142,26 +143,64 @@ def master(
                 log_config=None, access_log=False)
 
 
+ModelsChoice = Annotated[str, typer.Option(
+    "--models", help="tiny: the tiny random Qwen2.5-VL for all three roles (runs anywhere, "
+    "garbage output); replay: recorded outputs for the bundled TeXstudio task C-02, so the "
+    "whole loop runs and the trainer publishes versions", case_sensitive=False)]
+
+
+def _secrets_full(home: Path) -> dict[str, str]:
+    """The local tokens, with the model services' tokens added on first need."""
+    values = _secrets(home)
+    if "service_token" not in values:
+        values.update(service_token=secrets.token_urlsafe(24),
+                      service_admin_token=secrets.token_urlsafe(24))
+        path = home / "secrets.json"
+        path.write_text(json.dumps(values, indent=2))
+        path.chmod(0o600)
+    return values
+
+
 @app.command()
 def up(
     home: Annotated[Path, typer.Option(help="data dir: Postgres, Redis, artifacts")] = DEFAULT_HOME,
     host: Annotated[str, typer.Option(help="bind address of the master")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port of the master")] = 8000,
-    demo: Annotated[bool, typer.Option(help="submit the ScienceBoard demo batch once")] = True,
-    demo_rollouts: Annotated[int, typer.Option(help="rollouts per demo task")] = 8,
+    models: ModelsChoice = "tiny",
+    planner_model: Annotated[str | None, typer.Option(
+        help="planner model directory (or served name with --planner-url)")] = None,
+    executor_model: Annotated[str | None, typer.Option(help="executor model")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="judge model")] = None,
+    planner_url: Annotated[str | None, typer.Option(
+        help="an OpenAI-compatible server (vLLM) serving the planner")] = None,
+    executor_url: Annotated[str | None, typer.Option(help="... serving the executor")] = None,
+    judge_url: Annotated[str | None, typer.Option(help="... serving the judge")] = None,
+    slots: Annotated[int, typer.Option(help="local desktop slots (Xvfb)")] = 2,
+    train: Annotated[bool, typer.Option(help="run the trainer (decoupled GRPO)")] = False,
+    demo: Annotated[bool, typer.Option(help="submit the demo batch once")] = True,
+    demo_rollouts: Annotated[int, typer.Option(help="rollouts per demo task")] = 2,
+    master_only: Annotated[bool, typer.Option(
+        help="only the master (no model services, worker or trainer)")] = False,
+    live: Annotated[bool | None, typer.Option(
+        help="live view (default: on a terminal)")] = None,
     log_format: LogFormatOption = LogFormat.AUTO,
 ) -> None:
-    """Start everything on embedded defaults: Postgres, Redis, the master (Ctrl-C stops all)."""
+    """The whole loop on one machine: embedded Postgres and Redis, the master, the planner /
+    executor / judge services, a local worker with Xvfb slots, the trainer (--train) and a
+    demo batch. Ctrl-C stops everything; the next start keeps the data."""
     import uvicorn
 
     from coda.embedded import embedded_services, exit_on_sigterm
     from master.app import create_app
     from master.settings import MasterSettings
 
+    if models not in ("tiny", "replay"):
+        console.print(f"[red]--models: 'tiny' or 'replay', not {models!r}[/]")
+        raise typer.Exit(2)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=_json_logs(log_format))
     home = home.resolve()
-    tokens = _secrets(home)
-    exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops the master and then Postgres and Redis
+    tokens = _secrets_full(home)
+    exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops everything
     with embedded_services(home) as urls:
         settings = MasterSettings(
             database_url=urls.database_url, redis_url=urls.redis_url,
@@ -169,41 +208,178 @@ def up(
             artifacts_url=str(home / "artifacts"))
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port,
                                                log_config=None, access_log=False))
+        url = f"http://{host}:{port}"
+        stack = None
+        if not master_only:
+            from coda.stack import Stack, StackConfig
+
+            stack = Stack(StackConfig(
+                home=home, master_url=url, admin_token=tokens["admin_token"],
+                worker_token=tokens["worker_token"], service_token=tokens["service_token"],
+                service_admin_token=tokens["service_admin_token"],
+                models=models,  # type: ignore[arg-type]
+                model_dirs={"planner": planner_model, "executor": executor_model,
+                            "judge": judge_model},
+                model_urls={"planner": planner_url, "executor": executor_url,
+                            "judge": judge_url}, slots=slots, train=train))
 
         async def serve() -> None:
             task = asyncio.create_task(server.serve())
             while not server.started and not task.done():
                 await asyncio.sleep(0.1)
-            if server.started:
-                url = f"http://{host}:{port}"
-                console.print(f"[green]CODA master up[/] at {url}  (status page: {url}/)")
-                console.print(f"tokens in {home / 'secrets.json'}; Ctrl-C stops everything")
+            if not server.started:
+                await task
+                return
+            console.print(f"[green]CODA master up[/] at {url}  (dashboard: {url}/)")
+            console.print(f"tokens in {home / 'secrets.json'}; logs in {home / 'logs'}; "
+                          "Ctrl-C stops everything")
+            view = None
+            try:
+                if stack is not None:
+                    console.print("starting the model services, the worker"
+                                  + (" and the trainer" if train else "") + " ...")
+                    starting = asyncio.create_task(asyncio.to_thread(stack.start))
+                    await asyncio.wait({starting, task}, return_when=asyncio.FIRST_COMPLETED)
+                    if not starting.done():  # Ctrl-C while starting: stop what started
+                        stack.request_stop()
+                        with contextlib.suppress(Exception):
+                            await starting
+                        return
+                    starting.result()  # a service that could not start: its error
+                    console.print("[green]model services, worker"
+                                  + (", trainer" if train else "") + " up[/]")
                 if demo:
-                    await _submit_demo(url, tokens["admin_token"], demo_rollouts)
-            await task
+                    await _submit_demo(url, tokens["admin_token"], demo_rollouts,
+                                       models if stack is not None else "scienceboard")
+                show = console.is_terminal if live is None else live
+                view = asyncio.create_task(_watch(url, tokens["admin_token"], stack, show))
+                await task
+            finally:
+                if view is not None:
+                    view.cancel()
+                if not task.done():
+                    server.should_exit = True
+                    await task
 
-        # uvicorn re-raises the Ctrl-C it handled; we are stopping anyway
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve())
-    console.print("stopped: master, Postgres and Redis")
+        try:
+            # uvicorn re-raises the Ctrl-C it handled; we are stopping anyway
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(serve())
+        finally:
+            if stack is not None:
+                console.print("stopping the worker, trainer and model services ...")
+                stack.stop()
+    console.print("stopped: everything (data kept in " + str(home) + ")")
 
 
-async def _submit_demo(url: str, token: str, rollouts: int) -> None:
+async def _watch(url: str, token: str, stack: object, show: bool) -> None:
+    """Redraw the live view every 2 s (or log a line every 15 s when not on a terminal)."""
+    from rich.live import Live
+
+    from coda.clients.base import ServiceError
+    from coda.clients.master import MasterClient
+    from coda.contracts.training import ModelRole
+    from coda.liveview import one_line, render
+
+    async with MasterClient(url, token=token) as client:
+        async def snapshot() -> tuple[object, str | None]:
+            report = await client.status()
+            try:
+                version: str | None = (await client.current_version(ModelRole.PLANNER)).name
+            except ServiceError:
+                version = None
+            return report, version
+
+        problems = (lambda: stack.dead()) if stack is not None else (  # type: ignore[attr-defined]
+            lambda: [])
+        if not show:
+            while True:
+                report, version = await snapshot()
+                log.info("coda.up", summary=one_line(report, version),  # type: ignore[arg-type]
+                         stopped=problems())
+                await asyncio.sleep(15)
+        with Live(console=console, refresh_per_second=1) as view:
+            while True:
+                with contextlib.suppress(ServiceError, httpx.HTTPError):
+                    report, version = await snapshot()
+                    view.update(render(report, url=url, planner_version=version,  # type: ignore[arg-type]
+                                       problems=problems()))
+                await asyncio.sleep(2)
+
+
+async def _submit_demo(url: str, token: str, rollouts: int, kind: str) -> None:
     from coda.clients.master import MasterClient
     from coda.contracts.master_api import BatchCreate
     from coda.tasks import load_tasks
 
+    name = "scienceboard-demo" if kind == "scienceboard" else f"demo-{kind}"
     async with MasterClient(url, token=token) as client:
         existing = await client.list_batches(limit=200)
-        if any(b.name == "scienceboard-demo" for b in existing.items):
+        if any(b.name == name for b in existing.items):
             console.print("demo batch already submitted (kept from the last start)")
             return
-        tasks = load_tasks(DEMO_TASKS)
+        if kind == "replay":
+            from coda.stack import REPLAY_TASK
+
+            tasks = load_tasks(REPLAY_TASK)
+        elif kind == "tiny":
+            from coda.stack import TINY_DEMO_TASKS
+
+            tasks = [t for path in TINY_DEMO_TASKS for t in load_tasks(path)]
+        else:
+            tasks = load_tasks(DEMO_TASKS)
         created = await client.create_batch(BatchCreate(
-            name="scienceboard-demo", tasks=[t.model_dump(mode="json") for t in tasks],
-            rollouts=rollouts))
-        console.print(f"submitted demo batch {created.batch.id}: {len(tasks)} ScienceBoard tasks "
+            name=name, tasks=[t.model_dump(mode="json") for t in tasks], rollouts=rollouts))
+        console.print(f"submitted demo batch {created.batch.id}: {len(tasks)} tasks "
                       f"x {rollouts} rollouts = {created.batch.progress.total} episodes")
+
+
+@app.command("eval")
+def evaluate(
+    path: Annotated[Path, typer.Argument(help="task file (JSON / JSONL) or a directory of them")],
+    k: Annotated[int, typer.Option("--k", "-k", help="rollouts per task")] = 1,
+    out_dir: Annotated[Path, typer.Option(help="where table1.csv and table1.json go")] = Path(
+        "eval"),
+    name: Annotated[str | None, typer.Option(help="batch name")] = None,
+    judge: Annotated[str, typer.Option(
+        help="judge jobs for the episodes: never, no_checker or always")] = "never",
+    timeout: Annotated[float, typer.Option(help="seconds to wait for the batch")] = 86_400.0,
+    url: Annotated[str, typer.Option(help="master URL (CODA_MASTER_URL)")] = DEFAULT_URL,
+    token: Annotated[str | None, typer.Option(help="admin token (CODA_ADMIN_TOKEN)")] = None,
+    home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
+) -> None:
+    """k rollouts per task through the running system, then the paper's Table 1 (Average@k,
+    Pass@k per app and overall): printed, and written as CSV and JSON."""
+    from coda.contracts.records import JudgeMode
+    from coda.evaluate import EvalTimeout, rich_table, run_eval, write_table
+    from coda.tasks import TaskLoadError, load_tasks
+
+    try:
+        tasks = load_tasks(path)
+        mode = JudgeMode(judge)
+    except TaskLoadError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    except ValueError as exc:
+        console.print(f"[red]--judge: never, no_checker or always, not {judge!r}[/]")
+        raise typer.Exit(2) from exc
+    if not tasks:
+        console.print(f"[red]{path}: no task files found[/]")
+        raise typer.Exit(2)
+    if not 1 <= k <= 64:
+        console.print("[red]--k: between 1 and 64[/]")
+        raise typer.Exit(2)
+    batch_name = name or f"eval-{path.name}-k{k}"
+    out = Console()
+    try:
+        batch, rows = _call_master(url, _admin_token(token, home), lambda m: run_eval(
+            m, tasks, k=k, name=batch_name, judge=mode, timeout_s=timeout, console=console))
+    except EvalTimeout as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc
+    out.print(rich_table(rows, k))
+    for written in write_table(rows, out_dir, batch=batch, k=k):
+        console.print(f"wrote {written}")
 
 
 @app.command()

@@ -83,3 +83,7 @@ async def _run(cfg: Any) -> None:
                                 version=trainer.state.versions[-1])
     finally:
         await trainer.aclose()
+
+
+if __name__ == "__main__":
+    app()

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from coda.contracts.master_api import EpisodeList
+from coda.contracts.master_api import EpisodeList, EpisodeReplay
 from coda.contracts.records import MAX_OFFSET, Episode, EpisodeStatus
 from coda.service import error_responses
-from master import batches
+from master import batches, dashboard
 from master.auth import Reader
 from master.state import State
 
@@ -35,3 +35,10 @@ async def get_episode(episode_id: uuid.UUID, core: State, _: Reader,
                       steps: bool = True) -> Episode:
     """One episode, with its steps (every attempt) unless ``steps=false``."""
     return await batches.get_episode(core.engine, episode_id, with_steps=steps)
+
+
+@router.get("/{episode_id}/replay", responses=error_responses(404))
+async def get_replay(episode_id: uuid.UUID, core: State, _: Reader) -> EpisodeReplay:
+    """The episode with its steps and verdict, and the rewards of the GRPO groups sampled at
+    its steps (the dashboard's replay, as JSON)."""
+    return await dashboard.replay(core.engine, episode_id)

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from coda.contracts.master_api import StatusReport
-from master import status
+from master import dashboard, status
 from master.auth import Reader
 from master.state import State
 
@@ -25,8 +25,18 @@ async def status_json(core: State, _: Reader, batch_id: uuid.UUID | None = None)
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-async def status_page(request: Request, core: State, _: Reader,
-                      batch_id: uuid.UUID | None = None, refresh: int = 5) -> HTMLResponse:
+async def dashboard_page(request: Request, core: State, _: Reader,
+                         batch_id: uuid.UUID | None = None, refresh: int = 5) -> HTMLResponse:
+    """The dashboard: the data of ``/v1/status`` as a page that refreshes itself."""
     report = await status.report(core, batch_id=batch_id)
-    return templates.TemplateResponse(request, "status.html",
-                                      {"report": report, "refresh": max(1, min(refresh, 300))})
+    return templates.TemplateResponse(request, "dashboard.html", {
+        "report": report, "refresh": max(1, min(refresh, 300)), "batch_id": batch_id})
+
+
+@router.get("/episodes/{episode_id}", response_class=HTMLResponse, include_in_schema=False)
+async def replay_page(request: Request, episode_id: uuid.UUID, core: State,
+                      _: Reader) -> HTMLResponse:
+    """One episode step by step: screenshots, thoughts, actions, errors, verdict, rewards."""
+    replay = await dashboard.replay(core.engine, episode_id)
+    return templates.TemplateResponse(request, "replay.html",
+                                      {"ep": replay.episode, "replay": replay})

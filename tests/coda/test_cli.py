@@ -77,7 +77,8 @@ def _up_embedded(home: Path) -> None:
 
     def start() -> subprocess.Popen[str]:
         proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
-                                 "--demo-rollouts", "1"], cwd=ROOT, env=env, text=True,
+                                 "--demo-rollouts", "1", "--master-only"], cwd=ROOT, env=env,
+                                text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -117,7 +118,7 @@ def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:
     """`coda up` (stores from the environment) until the master is up, then Ctrl-C; its
     output as a terminal (a pseudo-terminal) or a pipe shows it."""
     port = free_port()
-    cmd = [*CODA, "up", "--port", str(port), "--no-demo", *args]
+    cmd = [*CODA, "up", "--port", str(port), "--no-demo", "--master-only", *args]
     full_env = {**os.environ, **env}
     if tty:
         main_fd, sub_fd = pty.openpty()

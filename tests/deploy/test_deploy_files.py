@@ -23,6 +23,7 @@ from executor_service.settings import ExecutorSettings
 from judge_service.settings import JudgeSettings
 from master.settings import MasterSettings
 from planner_service.settings import PlannerSettings
+from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -173,7 +174,7 @@ def test_compose_commands_are_coda_commands() -> None:
     from coda.cli import app
 
     known = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
-    pending = {"worker"}  # `coda worker` lands with the worker issue
+    pending: set[str] = set()
     for path in (STACK, VM_SERVER):
         for name, service in compose(path)["services"].items():
             command = service.get("command")
@@ -185,10 +186,40 @@ def test_vm_server_worker_speaks_http_to_the_master_only() -> None:
     (worker,) = compose(VM_SERVER)["services"].values()
     env = service_env(worker)
     assert worker["command"] == ["coda", "worker"]
-    assert "CODA_MASTER_URL" in env and "CODA_WORKER_TOKEN" in env
+    assert "CODA_WORKER_MASTER_URL" in env and "CODA_WORKER_TOKEN" in env
     leaked = [k for k in env if any(s in k for s in ("DATABASE", "REDIS", "POSTGRES"))]
     assert not leaked, leaked
-    # The CODA_WORKER_* names are checked against worker settings when the worker lands.
+    unknown = {k for k in env if k.startswith("CODA_")} - field_names(WorkerSettings,
+                                                                        "CODA_WORKER_")
+    assert not unknown, f"not fields of WorkerSettings: {sorted(unknown)}"
+
+
+def test_vm_server_worker_env_validates_with_the_example_values(
+        clean_env: pytest.MonkeyPatch) -> None:
+    (worker,) = compose(VM_SERVER)["services"].values()
+    example = read_env_file(ENV_EXAMPLE)
+    for key, raw in service_env(worker).items():
+        clean_env.setenv(key, interpolate(raw, example))
+    settings = WorkerSettings()
+    assert settings.master_url == example["CODA_MASTER_URL"]
+    assert settings.provider == "docker" and settings.provider_options["qcow2"]
+    assert settings.service_token is not None
+
+
+def test_trainer_and_minio_are_opt_in_profiles(clean_env: pytest.MonkeyPatch) -> None:
+    from trainer.config import TrainerConfig
+
+    services = compose(STACK)["services"]
+    assert services["trainer"]["profiles"] == ["train"]
+    assert services["minio"]["profiles"] == ["minio"]
+    devices = services["trainer"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    example = read_env_file(ENV_EXAMPLE)
+    for key, raw in service_env(services["trainer"]).items():
+        if key.startswith("CODA_TRAINER_"):
+            clean_env.setenv(key, interpolate(raw, example))
+    cfg = TrainerConfig()
+    assert cfg.planner_urls == ["http://planner:8001"] and cfg.device == "cuda"
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

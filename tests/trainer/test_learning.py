@@ -111,7 +111,7 @@ async def test_grpo_raises_the_reward_of_the_tiny_planner_and_versions_go_live(
                                                           for c in curve[:-1]]
         page = httpx.get(f"{master.url}/", headers={"authorization":
                                                       f"Bearer {master.admin_token}"}).text
-        assert 'id="training"' in page and 'id="reward-curve"' in page
+        assert 'id="training"' in page and 'id="curve-reward_mean"' in page
         assert versions[-1].name in page or curve[-2]["sampled_by"] in page
         # all groups were consumed exactly once
         counts = httpx.get(f"{master.url}/v1/groups/counts", headers={

@@ -1,0 +1,242 @@
+"""The processes ``coda up`` runs beside the master: the planner, executor and judge services,
+a local worker with Xvfb slots and (opt-in) the trainer, each a real process with its log in
+``<home>/logs``.
+
+Models: ``tiny`` (default) serves the tiny random Qwen2.5-VL built offline on first use (runs
+anywhere; its output is garbage, which the worker records as step errors); ``replay`` serves
+recorded outputs for the bundled TeXstudio task C-02 (planner, executor and judge), so the
+whole loop (success, verdicts, groups, training, new versions) runs on any machine; a model
+directory or a served model name with ``--*-url`` (an OpenAI-compatible server such as vLLM)
+runs real models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from coda.logging import get_logger
+from coda.modelservice.process import ServiceProcess
+from coda.procs import stop_process
+
+log = get_logger("coda.stack")
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAYS = ROOT / "examples" / "replays"
+REPLAY_TASK = ROOT / "examples" / "scienceboard" / "VM" / "TeXstudio" / "C-02.json"
+TINY_DEMO_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.json"
+                   for app, name in (("TeXstudio", "B-01"), ("TeXstudio", "C-02"),
+                                     ("KAlgebra", "A-01"))]
+"""Bundled tasks whose applications the local slot image has (others need, e.g., VS Code)."""
+ModelsMode = Literal["tiny", "replay"]
+ROLES = ("planner", "executor", "judge")
+
+
+@dataclass
+class ModelChoice:
+    """What serves one role: a local model directory (transformers), a served model name at
+    an OpenAI-compatible ``url``, or a replay file."""
+
+    backend: Literal["transformers", "openai", "replay"]
+    model: str
+    url: str | None = None
+
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"backend": self.backend, "model": self.model}
+        if self.url:
+            out["base_url"] = self.url
+        return out
+
+
+@dataclass
+class StackConfig:
+    home: Path
+    master_url: str
+    admin_token: str
+    worker_token: str
+    service_token: str
+    service_admin_token: str
+    models: ModelsMode = "tiny"
+    model_dirs: dict[str, str | None] = field(default_factory=dict)
+    model_urls: dict[str, str | None] = field(default_factory=dict)
+    slots: int = 2
+    train: bool = False
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.home / "artifacts"
+
+
+def tiny_model_dir(home: Path) -> Path:
+    """The tiny random Qwen2.5-VL under ``home/models`` (built once, a few seconds)."""
+    out = home / "models" / "tiny-qwen25vl"
+    if not (out / "config.json").exists():
+        from coda.inference.tiny import build_tiny_qwen25vl
+
+        log.info("stack.building_tiny_model", out=str(out))
+        tmp = out.with_name(out.name + ".partial")
+        build_tiny_qwen25vl(tmp)
+        tmp.rename(out)
+    return out
+
+
+def choose_models(cfg: StackConfig) -> dict[str, ModelChoice]:
+    """What serves each role (pure, given the tiny model's directory when it is needed)."""
+    out: dict[str, ModelChoice] = {}
+    for role in ROLES:
+        url = cfg.model_urls.get(role)
+        given = cfg.model_dirs.get(role)
+        if url:
+            out[role] = ModelChoice("openai", given or role, url)
+        elif given:
+            out[role] = ModelChoice("transformers", given)
+        elif cfg.models == "replay":
+            out[role] = ModelChoice("replay", str(REPLAYS / f"texstudio-C-02.{role}.json"))
+        else:
+            out[role] = ModelChoice("transformers", str(tiny_model_dir(cfg.home)))
+    return out
+
+
+def uses_tiny(choices: dict[str, ModelChoice]) -> bool:
+    return any(c.backend == "transformers" and "tiny-qwen25vl" in c.model
+               for c in choices.values())
+
+
+def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
+    common: dict[str, Any] = {"artifacts_url": str(cfg.artifacts),
+                              "inference_tokens": cfg.service_token,
+                              "admin_token": cfg.service_admin_token}
+    tiny = choice.backend == "transformers" and "tiny-qwen25vl" in choice.model
+    if tiny:
+        common["max_pixels"] = 56 * 56
+    if role == "planner":
+        from planner_service.settings import PlannerSettings
+
+        return PlannerSettings(**choice.spec(), **common,
+                               adapter_cache_dir=str(cfg.home / "adapter-cache"))
+    if role == "executor":
+        from executor_service.settings import ExecutorSettings
+
+        return ExecutorSettings(**choice.spec(), **common)
+    from judge_service.settings import JudgeModelSpec, JudgeSettings
+
+    extra: dict[str, Any] = {"max_pixels": 56 * 56} if tiny else {}
+    spec = JudgeModelSpec(name="judge", **choice.spec(), **extra)
+    common.pop("max_pixels", None)
+    if tiny:
+        common["max_tokens"] = 64
+    return JudgeSettings(models=[spec], **common)
+
+
+class Stack:
+    """Start, watch and stop the services, the worker and the trainer."""
+
+    def __init__(self, cfg: StackConfig) -> None:
+        self.cfg = cfg
+        self.services: dict[str, ServiceProcess] = {}
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.trainer: subprocess.Popen[bytes] | None = None
+        self.choices: dict[str, ModelChoice] = {}
+        self._stopping = False
+
+    def request_stop(self) -> None:
+        """Asked to stop while starting: start() starts nothing more."""
+        self._stopping = True
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Services first (ready), then the worker and the trainer."""
+        self.cfg.logs.mkdir(parents=True, exist_ok=True)
+        self.cfg.artifacts.mkdir(parents=True, exist_ok=True)
+        self.choices = choose_models(self.cfg)
+        for role, choice in self.choices.items():
+            if self._stopping:
+                return
+            proc = ServiceProcess.of(role, service_settings(role, choice, self.cfg),
+                                     self.cfg.logs / f"{role}.log")
+            proc.start()
+            self.services[role] = proc
+            log.info("stack.service_starting", role=role, backend=choice.backend,
+                     model=choice.model, url=proc.url)
+        with ThreadPoolExecutor(len(self.services)) as pool:
+            list(pool.map(lambda p: p.wait_ready(timeout=600), self.services.values()))
+        if self._stopping:
+            return
+        self.worker = self._spawn("worker", [sys.executable, "-m", "worker.cli"],
+                                  self._worker_env())
+        if self.cfg.train and not self._stopping:
+            self.trainer = self._spawn("trainer", [sys.executable, "-m", "trainer.cli"],
+                                       self._trainer_env())
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with (self.cfg.logs / f"{name}.log").open("ab") as out:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        log.info("stack.started", name=name, pid=proc.pid,
+                 log=str(self.cfg.logs / f"{name}.log"))
+        return proc
+
+    def url(self, role: str) -> str:
+        return self.services[role].url
+
+    def _worker_env(self) -> dict[str, str]:
+        env = {"CODA_WORKER_MASTER_URL": self.cfg.master_url,
+               "CODA_WORKER_TOKEN": self.cfg.worker_token, "CODA_WORKER_NAME": "local",
+               "CODA_WORKER_SLOTS": str(self.cfg.slots), "CODA_WORKER_JOB_SLOTS": "1",
+               "CODA_WORKER_SLOT_ROOT": str(self.cfg.home / "desktops"),
+               "CODA_WORKER_PLANNER_URL": self.url("planner"),
+               "CODA_WORKER_EXECUTOR_URL": self.url("executor"),
+               "CODA_WORKER_JUDGE_URL": self.url("judge"),
+               "CODA_WORKER_SERVICE_TOKEN": self.cfg.service_token,
+               "CODA_LOG_FORMAT": "json"}
+        if uses_tiny(self.choices):  # keep the tiny model's garbage short
+            env.update({"CODA_WORKER_MAX_TOKENS": "32", "CODA_WORKER_EXECUTOR_MAX_TOKENS": "32",
+                        "CODA_WORKER_MAX_STEPS": "5",
+                        "CODA_WORKER_JUDGE_POLICY": json.dumps(
+                            {"votes": 1, "multi_resolution": False, "max_frames": 4})})
+        return env
+
+    def _trainer_env(self) -> dict[str, str]:
+        planner = self.choices["planner"]
+        base = planner.model if planner.backend == "transformers" else str(
+            tiny_model_dir(self.cfg.home))
+        return {"CODA_TRAINER_MASTER_URL": self.cfg.master_url,
+                "CODA_TRAINER_MASTER_TOKEN": self.cfg.admin_token,
+                "CODA_TRAINER_MODEL": base,
+                "CODA_TRAINER_ARTIFACTS_URL": str(self.cfg.artifacts),
+                "CODA_TRAINER_CHECKPOINT_DIR": str(self.cfg.home / "trainer"),
+                "CODA_TRAINER_PLANNER_URLS": json.dumps([self.url("planner")]),
+                "CODA_TRAINER_PLANNER_TOKEN": self.cfg.service_admin_token,
+                "CODA_TRAINER_GROUPS_PER_UPDATE": "2", "CODA_TRAINER_DEVICE": "cpu",
+                "CODA_TRAINER_MAX_PIXELS": str(56 * 56), "CODA_TRAINER_LORA_RANK": "4",
+                "CODA_TRAINER_LOG_LEVEL": "INFO", "CODA_LOG_FORMAT": "json"}
+
+    # -- watch and stop ------------------------------------------------------------------
+
+    def dead(self) -> list[str]:
+        """Components that exited (their logs say why)."""
+        out = [role for role, p in self.services.items() if not p.alive()]
+        for name, proc in (("worker", self.worker), ("trainer", self.trainer)):
+            if proc is not None and proc.poll() is not None:
+                out.append(name)
+        return out
+
+    def stop(self) -> None:
+        """Worker first (it drains and gives running jobs back), then trainer and services."""
+        for proc in (self.worker, self.trainer):
+            if proc is not None:
+                stop_process(proc, timeout=90)
+        for p in self.services.values():
+            p.stop()
+        log.info("stack.stopped")

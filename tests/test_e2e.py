@@ -1,0 +1,160 @@
+"""The whole loop as a user runs it: ``coda up --models replay --train`` (the real command, a
+real process tree: master on Postgres and Redis, planner / executor / judge services, a local
+worker with Xvfb slots running the real TeXstudio, the trainer on the tiny Qwen2.5-VL). Over
+REST: 2 tasks x 2 rollouts -> episodes -> judge -> groups -> a trainer update publishes a
+planner version -> a second batch is served by that version. The dashboard is then checked
+in Debian's Chromium (Playwright): the page with every stage, an episode replay with its
+images; both are saved as screenshots.
+
+The planner, executor and judge answer from recorded outputs (the replay backend) because the
+tiny random model cannot solve or judge a task; the trainer trains the real tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coda.embedded import to_plain_postgres_url
+from coda.procs import free_port
+from tests.fixtures.master import EXAMPLES, ROOT
+
+pytestmark = pytest.mark.slow
+
+C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
+NOOP = {"id": "noop", "app": "xterm", "step_budget": 3,
+        "instruction": "Nothing is left to do here: say you are done."}
+SHOTS = os.environ.get("CODA_E2E_SHOTS")
+"""Where to keep the browser's screenshots (the README's come from
+``CODA_E2E_SHOTS=benchmarks/results``); unset, they stay in the test's temporary folder."""
+CHROMIUM = "/usr/bin/chromium"
+
+
+def wait(probe: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = probe()
+        except httpx.HTTPError:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}"
+                             for p in sorted(log.parent.glob("*.log")))
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{logs}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def coda_up(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
+            tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
+    home = tmp_path / "coda"
+    logs = home / "logs"
+    logs.mkdir(parents=True)
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": to_plain_postgres_url(fresh_database_url),
+           "REDIS_URL": fresh_redis_url, "CODA_REDIS_PREFIX": f"e2e-{secrets.token_hex(4)}",
+           "CODA_LOG_FORMAT": "json"}
+    out = (logs / "up.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda.cli", "up", "--home", str(home), "--port", str(port),
+         "--models", "replay", "--train", "--no-demo", "--no-live", "--slots", "2"],
+        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait(lambda: b"worker" in (logs / "up.log").read_bytes()
+             and b"up\n" in (logs / "up.log").read_bytes(), "coda up", 600, logs / "up.log")
+        tokens = json.loads((home / "secrets.json").read_text())
+        yield url, tokens, logs
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        out.close()
+
+
+def test_the_whole_loop_and_its_dashboard(coda_up: tuple[str, dict[str, str], Path],
+                                          tmp_path: Path) -> None:
+    url, tokens, logs = coda_up
+    http = httpx.Client(base_url=url, timeout=60,
+                        headers={"authorization": f"Bearer {tokens['admin_token']}"})
+    up_log = logs / "up.log"
+
+    first = http.post("/v1/batches", json={"name": "e2e-1", "tasks": [C02, NOOP],
+                                           "rollouts": 2}).json()
+    batch = first["batch"]["id"]
+    wait(lambda: http.get(f"/v1/batches/{batch}").json()["status"] == "finished",
+         "the first batch", 600, up_log)
+    progress = http.get(f"/v1/batches/{batch}").json()["progress"]
+    assert progress["completed"] == 4 and progress["succeeded"] == 2, progress
+    version = wait(lambda: http.get("/v1/models/current", params={"role": "planner"}).json()
+                   .get("name"), "a published planner version", 600, up_log)
+    status = http.get("/v1/status").json()
+    assert status["verdicts"]["judged"] == 4 and status["verdicts"]["correct"] == 2, status
+    assert status["groups"].get("consumed", 0) >= 1, status["groups"]
+    assert status["training_curve"], "the trainer reported its update"
+
+    second = http.post("/v1/batches", json={"name": "e2e-2", "tasks": [C02],
+                                            "judge": "never"}).json()
+    [episode_id] = second["episode_ids"]
+    ep = wait(lambda: (e := http.get(f"/v1/episodes/{episode_id}").json())["status"]
+              == "completed" and e, "the second batch", 600, up_log)
+    assert ep["success"] is True
+    assert {s["planner_version"] for s in ep["steps"]} == {version}
+
+    solved = [e for e in http.get("/v1/episodes", params={"batch_id": batch}).json()["items"]
+              if e["success"]]
+    replay = wait(lambda: (r := http.get(f"/v1/episodes/{solved[0]['id']}/replay").json())
+                  ["rewards"] and r, "the groups of a solved episode", 300, up_log)
+    assert replay["rewards"][0]["step_index"] == 0 and replay["rewards"][0]["candidates"] == 8
+    _check_dashboard(url, str(solved[0]["id"]), version, tmp_path)
+
+
+def _check_dashboard(url: str, episode_id: str, version: str, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: bash scripts/desktop-deps.sh"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{url}/?refresh=300")
+        for section in ("#batches", "#scores", "#queues", "#lifecycle", "#judge-rates",
+                        "#training", "#workers", "#episodes"):
+            assert page.locator(section).is_visible(), section
+        text = page.inner_text("body")
+        assert "e2e-1" in text and "TeXstudio" in text and version in text
+        assert page.locator("#scores tr").count() >= 3  # header, apps, Overall
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+
+        page.goto(f"{url}/episodes/{episode_id}")
+        images = page.locator(".step img")
+        assert images.count() >= 6
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('.step img'))"
+            ".every(i => i.complete && i.naturalWidth > 0)")
+        replay = page.inner_text("body")
+        assert "correct" in page.inner_text("#verdict") and "Thought:" in replay
+        assert "group of 8" in replay and "positive" in replay
+        page.screenshot(path=str(tmp_path / "replay.png"), full_page=True)
+        browser.close()
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        for name in ("dashboard.png", "replay.png"):
+            shutil.copy(tmp_path / name, Path(SHOTS) / f"e2e-{name}")
