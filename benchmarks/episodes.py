@@ -39,7 +39,7 @@ import httpx
 
 from benchmarks.master_load import Master, local_master
 from coda.logging import configure_logging, get_logger
-from coda.modelservice.process import ServiceProcess
+from coda.modelservice.process import ServiceProcess, running_services
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAYS = ROOT / "examples" / "replays"
@@ -62,17 +62,8 @@ def replay_services(artifacts: Path, work: Path, token: str) -> Iterator[tuple[s
         adapter_cache_dir=str(work / "adapters"), **common), work / "planner.log")
     executor = ServiceProcess.of("executor", ExecutorSettings(
         model=str(REPLAYS / "texstudio-C-02.executor.json"), **common), work / "executor.log")
-    started: list[ServiceProcess] = []
-    try:
-        for p in (planner, executor):
-            p.start()
-            started.append(p)
-        for p in started:
-            p.wait_ready()
+    with running_services(planner, executor):
         yield planner.url, executor.url
-    finally:
-        for p in started:
-            p.stop()
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -85,3 +86,20 @@ class ServiceProcess:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def running_services(*services: ServiceProcess) -> Iterator[tuple[ServiceProcess, ...]]:
+    """Start them all (their models load in parallel), wait until each is ready, stop them all
+    at the end, also when one fails to start."""
+    started: list[ServiceProcess] = []
+    try:
+        for service in services:
+            service.start()
+            started.append(service)
+        for service in started:
+            service.wait_ready()
+        yield services
+    finally:
+        for service in started:
+            service.stop()

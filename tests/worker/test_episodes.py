@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from coda.modelservice.process import ServiceProcess
+from coda.modelservice.process import ServiceProcess, running_services
 from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
 from tests.fixtures.services import (
     RunningService,
@@ -51,17 +51,8 @@ def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFacto
     executor = ServiceProcess.of("executor", executor_settings(
         REPLAYS / "texstudio-C-02.executor.json", service_store, backend="replay"),
         work / "executor.log")
-    started = []
-    try:
-        for p in (planner, executor):
-            p.start()
-            started.append(p)
-        for p in started:
-            p.wait_ready()
+    with running_services(planner, executor):
         yield planner.url, executor.url
-    finally:
-        for p in started:
-            p.stop()
 
 
 @pytest.fixture
@@ -137,17 +128,25 @@ def test_tiny_models_garbage_output_is_recorded_as_step_errors(
         assert isinstance(judged["correct"], bool) and judged["votes"]
 
 
+def _c02_episode(wmaster: MasterProcess, replay_services: tuple[str, str],
+                 judge_service: RunningService, **worker: Any,
+                 ) -> tuple[Rest, str, dict[str, str]]:
+    """TeXstudio C-02 submitted (no judge job), and a worker environment on the replay
+    services."""
+    rest = Rest(wmaster)
+    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
+    planner_url, executor_url = replay_services
+    return rest, episode_id, worker_env(wmaster, planner_url, executor_url, judge_service.url,
+                                        **worker)
+
+
 # ---------------------------------------------------------------------------- replay backend
 
 
 def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
-    planner_url, executor_url = replay_services
-    rest = Rest(wmaster)
-    created = rest.submit([C02], judge="never")
-    episode_id = created["episode_ids"][0]
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
     with running_worker(env, tmp_path / "worker.log") as worker:
         ep = _wait_episode(rest, episode_id, worker)
         _assert_c02_solved(ep, attempt=1)
@@ -172,11 +171,7 @@ def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
 def test_worker_killed_mid_episode_another_worker_finishes_it_once(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
-    planner_url, executor_url = replay_services
-    rest = Rest(wmaster)
-    created = rest.submit([C02], judge="never")
-    episode_id = created["episode_ids"][0]
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
     first = WorkerProcess(env=env, log_path=tmp_path / "worker-a.log")
     first.start()
     try:
@@ -198,10 +193,7 @@ def test_worker_killed_mid_episode_another_worker_finishes_it_once(
 def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
-    planner_url, executor_url = replay_services
-    rest = Rest(wmaster)
-    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
     with running_worker(env, tmp_path / "worker.log") as worker:
         _wait_steps(rest, episode_id, 1, worker)
         xvfb = wait_for(lambda: worker.processes("Xvfb"), "the slot's Xvfb", 30, worker)
@@ -221,10 +213,7 @@ def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
 def test_sigterm_lets_the_running_episode_finish(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
-    planner_url, executor_url = replay_services
-    rest = Rest(wmaster)
-    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
     worker = WorkerProcess(env=env, log_path=tmp_path / "worker.log")
     worker.start()
     try:
@@ -240,10 +229,7 @@ def test_sigterm_lets_the_running_episode_finish(
 def test_sigterm_past_the_grace_period_gives_the_episode_back(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
-    planner_url, executor_url = replay_services
-    rest = Rest(wmaster)
-    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url, drain_grace_s=0.2)
+    rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service, drain_grace_s=0.2)
     worker = WorkerProcess(env=env, log_path=tmp_path / "worker.log")
     worker.start()
     try:
