@@ -178,6 +178,9 @@ class EpisodeRun:
     steps: list[Step] = field(default_factory=list)
     times: list[StepTimes] = field(default_factory=list)
     _report: asyncio.Task[None] | None = None
+    _settled: Observation | None = None
+    """The screen as the last settle left it (taken during its quiet period): the next step's
+    observation, unless something came between."""
 
     async def flush_report(self) -> None:
         """Wait for the step report in flight (its error, e.g. :class:`LeaseGone`, here)."""
@@ -260,17 +263,25 @@ class EpisodeRun:
                   "overhead_ms": [round(t.overhead(), 3) for t in self.times]})
 
     async def _settle(self) -> float:
+        """Wait for the screen to settle, keeping the settled screen for the next step."""
+        self._settled = None
         if self.settings.settle_timeout_s <= 0:
             return 0.0
         start = time.perf_counter()
-        await self._desktop(self.desktop.settle, timeout_s=self.settings.settle_timeout_s)
+        self._settled = await self._desktop(self.desktop.settle_and_observe,
+                                            timeout_s=self.settings.settle_timeout_s)
         return (time.perf_counter() - start) * 1000
+
+    async def _observe(self) -> Observation:
+        """The settled screen when the last settle caught it, else a new screenshot."""
+        shot, self._settled = self._settled, None
+        return shot if shot is not None else await self._desktop(self.desktop.observe)
 
     async def _step(self, payload: EpisodePayload, index: int) -> tuple[Action | None, bool]:
         """One step; returns the action taken (if any) and whether the episode ended."""
         t = StepTimes()
         start = time.perf_counter()
-        obs: Observation = await self._desktop(self.desktop.observe)
+        obs = await self._observe()
         t.observe = (time.perf_counter() - start) * 1000
         mark = time.perf_counter()
         key = (await self._master(self.master.upload_artifact(obs.image, obs.media_type))).key

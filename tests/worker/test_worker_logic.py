@@ -1,11 +1,13 @@
 """Pure parts of the worker: history rebuilt from stored steps, attempts, judge steps, group
-states, the task's ready window, step timings, settings and provider options."""
+states, the task's ready window, step timings, settings, provider options and the wait for
+a quiet screen."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from coda.tasks import TaskSpec, load_task_file
 from worker.episode import StepTimes, ready_titles
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
+from worker.providers.base import wait_quiet
 from worker.providers.factory import ProviderConfigError, make_provider
 from worker.settings import WorkerSettings
 
@@ -123,3 +126,49 @@ def test_provider_options_are_checked_by_name() -> None:
         assert local.name == "local"
     finally:
         local.close()
+
+
+class Screen:
+    """A scripted screen on a scripted clock: ``frames[i]`` is what polls see from time i*0.05
+    on; a full capture costs 0.01 s and records when it was taken."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames, self.now, self.captures = frames, 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def small(self) -> bytes:
+        return self.frames[min(int(round(self.now / 0.05, 6)), len(self.frames) - 1)]
+
+    def full(self) -> Any:
+        self.captures.append(self.small())
+        self.now += 0.01
+        return self.small()
+
+
+def test_wait_quiet_keeps_the_capture_of_the_settled_screen() -> None:
+    screen = Screen([b"a", b"b", b"c", b"c", b"c", b"c", b"c", b"c", b"c"])
+    settled, shot = wait_quiet(screen.small, timeout_s=5, poll_s=0.05, quiet_s=0.2,
+                               full=screen.full, clock=screen.clock, sleep=screen.sleep)
+    assert settled and shot == b"c" and screen.captures == [b"c"]
+    assert screen.now >= 0.1 + 0.2  # the quiet period is waited out, the capture inside it
+
+
+def test_wait_quiet_drops_a_capture_when_the_screen_changes_again() -> None:
+    screen = Screen([b"a", b"a", b"b", b"b", b"b", b"b", b"b", b"b", b"b", b"b"])
+    settled, shot = wait_quiet(screen.small, timeout_s=5, poll_s=0.05, quiet_s=0.2,
+                               full=screen.full, clock=screen.clock, sleep=screen.sleep)
+    assert settled and shot == b"b" and screen.captures == [b"a", b"b"]
+
+
+def test_wait_quiet_without_capture_and_on_timeout() -> None:
+    screen = Screen([b"a", b"a", b"a", b"a", b"a", b"a"])
+    assert wait_quiet(screen.small, timeout_s=5, poll_s=0.05, quiet_s=0.2,
+                      clock=screen.clock, sleep=screen.sleep) == (True, None)
+    busy = Screen([bytes([i]) for i in range(200)])  # never quiet
+    assert wait_quiet(busy.small, timeout_s=1, poll_s=0.05, quiet_s=0.2, full=busy.full,
+                      clock=busy.clock, sleep=busy.sleep) == (False, None)

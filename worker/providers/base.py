@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
@@ -28,6 +29,31 @@ from coda.logging import get_logger
 from worker.providers.client import GuestClient
 
 log = get_logger("worker.providers")
+
+
+def wait_quiet(small: Callable[[], bytes], *, timeout_s: float, poll_s: float, quiet_s: float,
+               full: Callable[[], Observation] | None = None,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> tuple[bool, Observation | None]:
+    """Poll ``small()`` (a cheap screenshot) until it has not changed for ``quiet_s``, at most
+    ``timeout_s``: (whether it settled, ``full()`` taken at the first unchanged poll of the
+    final quiet period). A change after that capture drops it; the quiet period is only
+    complete after a poll that follows the capture, so the capture shows the settled screen."""
+    deadline = clock() + timeout_s
+    previous = small()
+    changed = clock()
+    captured: Observation | None = None
+    while clock() < deadline:
+        sleep(poll_s)
+        current = small()
+        now = clock()
+        if current != previous:
+            previous, changed, captured = current, now, None
+        elif full is not None and captured is None:
+            captured = full()
+        elif now - changed >= quiet_s:
+            return True, captured
+    return False, None
 
 GUEST_HOME = "/home/user"  # the user home of OSWorld's and ScienceBoard's images
 
@@ -127,18 +153,18 @@ class Desktop(abc.ABC):
         typed during a state change (a panel closing, focus moving) out of step with the
         change, so the next action waits for the previous one to take effect; the quiet period
         covers an application that is busy and has not repainted yet."""
-        deadline = time.monotonic() + timeout_s
-        previous = self.observe(width=width).image
-        changed = time.monotonic()
-        while time.monotonic() < deadline:
-            time.sleep(poll_s)
-            current = self.observe(width=width).image
-            now = time.monotonic()
-            if current != previous:
-                previous, changed = current, now
-            elif now - changed >= quiet_s:
-                return True
-        return False
+        settled, _ = wait_quiet(lambda: self.observe(width=width).image, timeout_s=timeout_s,
+                                poll_s=poll_s, quiet_s=quiet_s)
+        return settled
+
+    def settle_and_observe(self, *, timeout_s: float = 10.0, poll_s: float = 0.05,
+                           quiet_s: float = 0.2, width: int = 320) -> Observation | None:
+        """:meth:`settle`, and the full observation of the settled screen, taken during the
+        quiet period (which is waited out anyway) instead of after it; None when the screen
+        did not settle."""
+        _, shot = wait_quiet(lambda: self.observe(width=width).image, timeout_s=timeout_s,
+                             poll_s=poll_s, quiet_s=quiet_s, full=self.observe)
+        return shot
 
     def health(self) -> Health:
         """Machine first, then the guest (agent answers, display up, screen not blank)."""
