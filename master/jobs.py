@@ -82,6 +82,17 @@ async def insert_jobs(conn: Conn, jobs: list[NewJob]) -> None:
              for j in jobs])
 
 
+async def insert_job_once(conn: Conn, job: NewJob) -> bool:
+    """Insert ``job`` unless a job with its id exists (a follow-up whose id derives from what
+    it is about); whether it was inserted."""
+    got = await conn.fetchval(
+        "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, "
+        "batch_id) values ($1, $2, 'queued', $3, $4, 0, $5, $6) on conflict (id) do nothing "
+        "returning id", job.id, job.kind.value, job.priority, job.payload, job.max_attempts,
+        job.batch_id)
+    return got is not None
+
+
 async def publish(pg: Conn, queue: RedisQueue, job_ids: Iterable[uuid.UUID]) -> None:
     """Push committed queued jobs to Redis (idempotent)."""
     ids = list(job_ids)

@@ -19,6 +19,7 @@ from coda.contracts.records import BatchOptions, JobKind, JudgeMode
 from coda.contracts.training import Group, GroupStatus, Verdict
 from coda.labels import label_verdict
 from coda.logging import get_logger
+from master.jobs import NewJob, insert_job_once
 
 log = get_logger("coda.master.lifecycle")
 
@@ -69,16 +70,6 @@ def _options(raw: Any) -> BatchOptions:
     return BatchOptions.model_validate(raw or {})
 
 
-async def _insert_job(conn: asyncpg.Connection, job_id: uuid.UUID, kind: JobKind,
-                      payload: dict[str, Any], priority: int,
-                      batch_id: uuid.UUID | None) -> bool:
-    got = await conn.fetchval(
-        "insert into jobs (id, kind, status, priority, payload, attempts, max_attempts, "
-        "batch_id) values ($1, $2, 'queued', $3, $4, 0, 3, $5) on conflict (id) do nothing "
-        "returning id", job_id, kind.value, priority, payload, batch_id)
-    return got is not None
-
-
 async def after_episode(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[uuid.UUID]:
     """The judge job of the episode this job completed, when its batch wants one."""
     row = await conn.fetchrow(
@@ -91,8 +82,9 @@ async def after_episode(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[uui
         return []
     jid = judge_job_id(row["id"])
     payload = JudgeJobPayload(episode_id=row["id"], label_rule=opts.label_rule)
-    created = await _insert_job(conn, jid, JobKind.JUDGE, payload.model_dump(mode="json"),
-                                row["priority"], row["batch_id"])
+    created = await insert_job_once(conn, NewJob(
+        id=jid, kind=JobKind.JUDGE, payload=payload.model_dump(mode="json"),
+        priority=row["priority"], batch_id=row["batch_id"]))
     return [jid] if created else []
 
 
@@ -140,8 +132,9 @@ async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
                                   step_index=step["idx"], group_size=opts.group_size,
                                   planner_version=version)
         jid = group_job_id(episode_id, attempt, step["idx"])
-        if await _insert_job(conn, jid, JobKind.GROUP, payload.model_dump(mode="json"),
-                             row["priority"], row["batch_id"]):
+        if await insert_job_once(conn, NewJob(
+                id=jid, kind=JobKind.GROUP, payload=payload.model_dump(mode="json"),
+                priority=row["priority"], batch_id=row["batch_id"])):
             created.append(jid)
     log.info("verdict.applied", episode=str(episode_id), correct=verdict.correct,
              positive=len(positive), group_jobs=len(created))
