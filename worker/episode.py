@@ -289,6 +289,7 @@ class EpisodeRun:
         shot = ImageRef(ref=key)
         history = history_of(self.steps)
         task = payload.task
+        ans = answer_mode(payload)
         step = Step(index=index, screenshot=key, planner_version=payload.planner_version)
         step.extra["screen"] = {"width": obs.screen_width, "height": obs.screen_height}
         action: Action | None = None
@@ -300,7 +301,7 @@ class EpisodeRun:
                 instruction=clip(task.instruction), screenshot=shot, history=history,
                 sampling=Sampling(temperature=self.settings.temperature,
                                   max_tokens=self.settings.max_tokens),
-                answer_mode=answer_mode(payload), adapter=payload.planner_version))
+                answer_mode=ans, adapter=payload.planner_version))
             plan = plans.plans[0]
             t.plan_model = min(plans.latency_ms, (time.perf_counter() - mark) * 1000)
         except ServiceError as exc:
@@ -315,7 +316,7 @@ class EpisodeRun:
             step.planner_version = plan.version if plan.version != "base" else None
             step.extra["plan"] = {"thought": clip(plan.thought, 4000),
                                   "action_hint": plan.action_hint, "finished": plan.finished,
-                                  "answer": plan.answer, "answer_mode": answer_mode(payload),
+                                  "answer": plan.answer, "answer_mode": ans,
                                   "completion_tokens": plan.completion_tokens}
             if plan.finished:
                 action = Answer(text=plan.answer) if plan.answer is not None else Done()

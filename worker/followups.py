@@ -26,8 +26,8 @@ from coda.contracts.master_api import (
 )
 from coda.contracts.records import Episode, Job, Step
 from coda.contracts.services_api import (
-    MAX_TEXT,
     ActBatchRequest,
+    HistoryStep,
     ImageRef,
     JudgeRequest,
     JudgeStep,
@@ -93,23 +93,25 @@ def plan_action(plan: Plan) -> Action | None:
     return Answer(text=plan.answer) if plan.answer is not None else Done()
 
 
-def state_of(episode: Episode, steps: list[Step], index: int) -> tuple[StateRef, Step]:
-    """The stored state before step ``index`` of ``steps`` (one attempt's steps), pure."""
+def state_of(episode: Episode, steps: list[Step], index: int,
+             ) -> tuple[StateRef, Step, list[HistoryStep]]:
+    """The stored state before step ``index`` of ``steps`` (one attempt's steps), the step, and
+    the history the planner saw before it (pure)."""
     by_index = {s.index: s for s in steps}
     step = by_index.get(index)
     if step is None or not step.screenshot:
         raise JobRefused(f"episode {episode.id} has no step {index} with a screenshot")
     before = [s for s in steps if s.index < index]
     screen = step.extra.get("screen") or {}
-    history = [h.model_dump(mode="json", exclude_none=True) for h in history_of(before)]
+    history = history_of(before)
     prev = before[-1].screenshot if before else None
     state = StateRef(
         episode_id=episode.id, step_index=index, instruction=_instruction(episode),
         app=episode.app, screenshot=step.screenshot, previous_screenshot=prev,
-        history=[{"thought": h["thought"], "action_text": h.get("action_text"),
-                  "screenshot": (h.get("screenshot") or {}).get("ref")} for h in history],
+        history=[{"thought": h.thought, "action_text": h.action_text,
+                  "screenshot": h.screenshot.ref if h.screenshot else None} for h in history],
         screen_width=int(screen.get("width", 1280)), screen_height=int(screen.get("height", 800)))
-    return state, step
+    return state, step, history
 
 
 async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
@@ -117,11 +119,10 @@ async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
     payload = GroupJobPayload.model_validate(job.payload)
     episode = await master.get_episode(payload.episode_id, steps=True)
     steps = attempt_steps(episode.steps or [], payload.attempt)
-    state, step = state_of(episode, steps, payload.step_index)
+    state, step, history = state_of(episode, steps, payload.step_index)
     if step.action is None:
         raise JobRefused(f"step {payload.step_index} of episode {episode.id} has no action")
     target = step.action
-    history = history_of([s for s in steps if s.index < payload.step_index])
     shot = ImageRef(ref=state.screenshot)
     plan_extra: dict[str, Any] = step.extra.get("plan") or {}
     resp = await planner.plan(PlanRequest(
@@ -134,7 +135,7 @@ async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
     plans = resp.plans
     texts = [clip(p.text) if p.text.strip() else NO_PLAN_TEXT for p in plans]
     grounded = await executor.act_batch(ActBatchRequest(
-        instruction=clip(state.instruction), thoughts=[t[:MAX_TEXT] for t in texts],
+        instruction=clip(state.instruction), thoughts=texts,
         screenshot=shot, history=history, screen_width=state.screen_width,
         screen_height=state.screen_height, sampling=executor_sampling(settings)))
     screen = (state.screen_width, state.screen_height)

@@ -77,11 +77,12 @@ def _episode(steps: list[Step]) -> Episode:
 
 def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
     steps = [step(0), step(1, extra={"screen": {"width": 1920, "height": 1080}})]
-    state, target_step = state_of(_episode(steps), steps, 1)
+    state, target_step, history = state_of(_episode(steps), steps, 1)
     assert state.step_index == 1 and state.instruction == "fix the typo"
     assert (state.screen_width, state.screen_height) == (1920, 1080)
     assert state.previous_screenshot == KEY and len(state.history) == 1
     assert state.history[0]["screenshot"] == KEY and target_step.index == 1
+    assert [h.screenshot.ref for h in history if h.screenshot] == [KEY]
     with pytest.raises(JobRefused, match="no step 7"):
         state_of(_episode(steps), steps, 7)
     no_instruction = _episode(steps).model_copy(update={"instruction": None})
