@@ -40,6 +40,7 @@ import httpx
 from benchmarks.master_load import Master, local_master
 from coda.logging import configure_logging, get_logger
 from coda.modelservice.process import ServiceProcess, running_services
+from coda.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAYS = ROOT / "examples" / "replays"
@@ -81,12 +82,7 @@ def worker_process(master: Master, planner: str, executor: str, token: str, slot
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, timeout=60, sig=signal.SIGINT)
 
 
 def _median(values: list[float]) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 
@@ -14,11 +15,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], *,
-                 timeout: float = 20.0) -> None:
-    """SIGTERM, wait up to ``timeout``, then SIGKILL; returns once the process is gone."""
+                 timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """``sig`` (SIGTERM; SIGINT stops it as Ctrl-C would), wait up to ``timeout``, then
+    SIGKILL; returns once the process is gone."""
     if proc.poll() is not None:
         return
-    proc.terminate()
+    proc.send_signal(sig)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

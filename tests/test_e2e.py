@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from coda.embedded import to_plain_postgres_url
-from coda.procs import free_port
+from coda.procs import free_port, stop_process
 from tests.fixtures.master import EXAMPLES, ROOT
 
 pytestmark = pytest.mark.slow
@@ -80,12 +80,7 @@ def coda_up(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
         tokens = json.loads((home / "secrets.json").read_text())
         yield url, tokens, logs
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(180)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, timeout=180, sig=signal.SIGINT)
         out.close()
 
 

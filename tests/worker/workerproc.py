@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import psutil
 
+from coda.procs import stop_process
 from tests.fixtures.master import ROOT, MasterProcess
 from tests.fixtures.services import TOKENS
 
@@ -64,12 +65,7 @@ class WorkerProcess:
         if self.proc is None or self.proc.poll() is not None:
             return
         tree = self._tree()
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc, timeout=30, sig=signal.SIGINT)
         for p in tree:
             with suppress(psutil.NoSuchProcess):
                 p.kill()
