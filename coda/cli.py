@@ -21,6 +21,7 @@ from coda.logging import configure_logging, get_logger
 
 if TYPE_CHECKING:
     from coda.clients.master import MasterClient
+    from coda.tasks import TaskSpec
 
 T = TypeVar("T")
 
@@ -118,6 +119,21 @@ def _call_master(url: str, token: str | None,
     except (OSError, httpx.TransportError) as exc:
         console.print(f"[red]cannot reach the master at {url}:[/] {exc}")
         raise typer.Exit(1) from exc
+
+
+def _task_files(path: Path) -> list[TaskSpec]:
+    """The tasks of a file or directory; an unreadable or empty one is a message and exit 2."""
+    from coda.tasks import TaskLoadError, load_tasks
+
+    try:
+        tasks = load_tasks(path)
+    except TaskLoadError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    if not tasks:
+        console.print(f"[red]{path}: no task files found[/]")
+        raise typer.Exit(2)
+    return tasks
 
 
 @app.command()
@@ -352,20 +368,13 @@ def evaluate(
     Pass@k per app and overall): printed, and written as CSV and JSON."""
     from coda.contracts.records import JudgeMode
     from coda.evaluate import EvalTimeout, rich_table, run_eval, write_table
-    from coda.tasks import TaskLoadError, load_tasks
 
+    tasks = _task_files(path)
     try:
-        tasks = load_tasks(path)
         mode = JudgeMode(judge)
-    except TaskLoadError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
     except ValueError as exc:
         console.print(f"[red]--judge: never, no_checker or always, not {judge!r}[/]")
         raise typer.Exit(2) from exc
-    if not tasks:
-        console.print(f"[red]{path}: no task files found[/]")
-        raise typer.Exit(2)
     if not 1 <= k <= 64:
         console.print("[red]--k: between 1 and 64[/]")
         raise typer.Exit(2)
@@ -394,17 +403,8 @@ def submit(
 ) -> None:
     """Submit tasks as a batch of episodes."""
     from coda.contracts.master_api import BatchCreate
-    from coda.tasks import TaskLoadError, load_tasks
 
-    try:
-        tasks = load_tasks(path)
-    except TaskLoadError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
-    if not tasks:
-        console.print(f"[red]{path}: no task files found[/]")
-        raise typer.Exit(2)
-
+    tasks = _task_files(path)
     spec = BatchCreate(name=name or path.name, tasks=[t.model_dump(mode="json") for t in tasks],
                        rollouts=rollouts, priority=priority)
     created = _call_master(url, _admin_token(token, home), lambda m: m.create_batch(spec))

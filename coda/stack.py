@@ -47,6 +47,11 @@ class ModelChoice:
     model: str
     url: str | None = None
 
+    @property
+    def is_tiny(self) -> bool:
+        """The tiny random model (small images and outputs keep its garbage short)."""
+        return self.backend == "transformers" and "tiny-qwen25vl" in self.model
+
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "model": self.model}
         if self.url:
@@ -108,15 +113,14 @@ def choose_models(cfg: StackConfig) -> dict[str, ModelChoice]:
 
 
 def uses_tiny(choices: dict[str, ModelChoice]) -> bool:
-    return any(c.backend == "transformers" and "tiny-qwen25vl" in c.model
-               for c in choices.values())
+    return any(c.is_tiny for c in choices.values())
 
 
 def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
     common: dict[str, Any] = {"artifacts_url": str(cfg.artifacts),
                               "inference_tokens": cfg.service_token,
                               "admin_token": cfg.service_admin_token}
-    tiny = choice.backend == "transformers" and "tiny-qwen25vl" in choice.model
+    tiny = choice.is_tiny
     if tiny:
         common["max_pixels"] = 56 * 56
     if role == "planner":
