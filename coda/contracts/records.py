@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coda.actions import Action
 from coda.contracts.training import LabelRule, Verdict
@@ -72,8 +72,66 @@ class StepOutcome(StrEnum):
     MODEL_ERROR = "model_error"
 
 
+MAX_SCREEN_SIDE = 16_384
+
+
+class ScreenSize(BaseModel):
+    """Pixel size of the screen a screenshot shows (the action space's coordinates)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    width: int = Field(ge=1, le=MAX_SCREEN_SIDE)
+    height: int = Field(ge=1, le=MAX_SCREEN_SIDE)
+
+
+class PlanRecord(BaseModel):
+    """What the planner wrote for a step, parsed, and the prompt variant it was asked with.
+    A group job rebuilds the planner input from it: every field is required."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thought: str | None = Field(description="the Thought part of the plan, if it had one")
+    action_hint: str | None = Field(description="the Action part (e.g. FAIL), if it had one")
+    finished: bool = Field(description="the plan said DONE (or gave an answer)")
+    answer: str | None = Field(description="the answer of an ANS plan, if any")
+    answer_mode: bool = Field(description="the planner was asked with its ANS prompt")
+    completion_tokens: int | None = Field(ge=0, le=INT32_MAX,
+                                          description="tokens the planner generated")
+
+
+class StepTimings(BaseModel):
+    """Where one step's time went, in milliseconds (``overhead``: the worker's own share,
+    everything but model inference, the action's effect and the settle wait)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observe: float = Field(ge=0)
+    upload: float = Field(ge=0)
+    plan: float = Field(ge=0)
+    plan_model: float = Field(ge=0)
+    execute: float = Field(ge=0)
+    execute_model: float = Field(ge=0)
+    act: float = Field(ge=0)
+    settle: float = Field(ge=0)
+    report: float = Field(ge=0)
+    total: float = Field(ge=0)
+    overhead: float = Field(ge=0)
+
+
+class StepLabel(StrEnum):
+    """The judge's label of a step (set by the master from the episode's verdict)."""
+
+    POSITIVE = "positive"
+    NEGATIVE = "negative"
+
+
 class Step(BaseModel):
-    """One planner -> executor -> environment step of an episode."""
+    """One planner -> executor -> environment step of an episode.
+
+    Every field is typed; nothing travels in a free dict. A value that was not measured is
+    ``None``, never a default that looks measured: a step with a screenshot names the size of
+    the screen it shows (``screen``), and a step the planner answered carries the parsed plan
+    (``plan``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -86,12 +144,26 @@ class Step(BaseModel):
     action: Action | None = None
     raw_executor_text: str | None = None
     screenshot: str | None = Field(default=None, description="artifact key of the screen before")
+    screen: ScreenSize | None = Field(
+        default=None, description="size of the screen the screenshot shows (required with a "
+        "screenshot)")
+    plan: PlanRecord | None = Field(default=None, description="the planner's parsed answer")
     outcome: StepOutcome = StepOutcome.OK
     error: str | None = None
     planner_version: str | None = Field(default=None, max_length=NAME_MAX)
     latency_ms: float | None = Field(default=None, ge=0)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    timings: StepTimings | None = Field(default=None, description="where the step's time went")
+    label: StepLabel | None = Field(
+        default=None, description="the judge's label, set by the master from the verdict "
+        "(a worker's report cannot set it)")
     created_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _screen_with_screenshot(self) -> Step:
+        if self.screenshot is not None and self.screen is None:
+            raise ValueError("screen: required with a screenshot (the size of the screen it "
+                             "shows)")
+        return self
 
 
 class EpisodeResult(BaseModel):

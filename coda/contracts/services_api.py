@@ -37,6 +37,17 @@ def _clean_text(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_clean_text)]
 """A string without NUL characters or lone surrogates."""
+BASE_VERSION = "base"
+"""The version name of the planner without any adapter (the model as loaded). Services answer
+with it, the master and the trainer start from it, and a step or candidate it produced carries
+``planner_version=None``."""
+
+
+def stored_version(version: str) -> str | None:
+    """The version a record stores for a plan's version: ``None`` for the base model."""
+    return None if version == BASE_VERSION else version
+
+
 Version = Annotated[str, Field(min_length=1, max_length=200, pattern=VERSION_PATTERN)]
 
 
