@@ -98,8 +98,7 @@ def _p90(values: list[float]) -> float:
 
 def summarize(episodes: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """The figures of finished episodes (pure)."""
-    timings = [s["extra"]["timings_ms"] for e in episodes for s in e["steps"] or []
-               if "timings_ms" in s.get("extra", {})]
+    timings = [s["timings"] for e in episodes for s in e["steps"] or [] if s.get("timings")]
     overhead = [t["overhead"] for t in timings]
     done = [e for e in episodes if e["status"] == "completed"]
     return {

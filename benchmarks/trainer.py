@@ -73,7 +73,7 @@ def build_group(artifacts: Path, screen: tuple[int, int], g: int, plan_tokens: i
         cands.append(Candidate(plan=tokenizer.decode(ids), reward=i / g))
     state = StateRef(step_index=1, instruction="Save the open document as report.tex in the "
                      "home folder", app="texstudio", screenshot=current,
-                     previous_screenshot=previous,
+                     previous_screenshot=previous, screen_width=screen[0], screen_height=screen[1],
                      history=[{"thought": "Thought: The editor is open.\nAction: click",
                                "screenshot": previous}])
     return Group(state=state, target=Click(x=34, y=12), candidates=cands)

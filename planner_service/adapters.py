@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from coda.contracts.services_api import AdapterInfo, AdapterList, AdapterLoad
+from coda.contracts.services_api import BASE_VERSION, AdapterInfo, AdapterList, AdapterLoad
 from coda.imagerefs import ArtifactStoreUnavailable, ReadOnlyStore
 from coda.inference.base import AdapterNotFound, ChatBackend
 from coda.logging import get_logger
@@ -32,8 +32,8 @@ from coda.service import FieldError
 
 log = get_logger("planner_service.adapters")
 
-BASE = "base"
-"""The version name of the model without adapter."""
+BASE = BASE_VERSION
+"""The version name of the model without adapter (the one name, from the contracts)."""
 URI_LOC = ("body", "uri")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 MAX_SEGMENTS = 16

@@ -31,9 +31,24 @@ from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
 from coda.contracts.desktop import DesktopBroken, EpisodeEnd, Observation, StepStatus
-from coda.contracts.records import EpisodePayload, EpisodeResult, Job, Step, StepOutcome
-from coda.contracts.services_api import ActRequest, ImageRef, PlanRequest, Sampling
+from coda.contracts.records import (
+    EpisodePayload,
+    EpisodeResult,
+    Job,
+    ScreenSize,
+    Step,
+    StepOutcome,
+    StepTimings,
+)
+from coda.contracts.services_api import (
+    ActRequest,
+    ImageRef,
+    PlanRequest,
+    Sampling,
+    stored_version,
+)
 from coda.logging import get_logger
+from coda.plans import decide, plan_record
 from coda.tasks import TaskSpec
 from worker.history import clip, history_of, storable
 from worker.providers.base import Desktop
@@ -45,7 +60,6 @@ from worker.tasks.checkers import episode_end
 log = get_logger("worker.episode")
 T = TypeVar("T")
 
-FAIL_HINTS = frozenset({"FAIL", "fail()", "FAIL()"})
 LAUNCHING = frozenset({"launch", "open", "execute", "command"})
 """Setup steps that may start the task's application."""
 
@@ -146,10 +160,10 @@ class StepTimes:
         return max(0.0, self.total - self.plan_model - self.execute_model - self.act
                    - self.settle)
 
-    def as_dict(self) -> dict[str, float]:
-        out = {k: round(v, 3) for k, v in self.__dict__.items()}
-        out["overhead"] = round(self.overhead(), 3)
-        return out
+    def record(self) -> StepTimings:
+        """The step record's timings (milliseconds, rounded to microseconds)."""
+        return StepTimings(**{k: round(v, 3) for k, v in self.__dict__.items()},
+                           overhead=round(self.overhead(), 3))
 
 
 def executor_sampling(settings: WorkerSettings) -> Sampling:
@@ -290,8 +304,8 @@ class EpisodeRun:
         history = history_of(self.steps)
         task = payload.task
         ans = answer_mode(payload)
-        step = Step(index=index, screenshot=key, planner_version=payload.planner_version)
-        step.extra["screen"] = {"width": obs.screen_width, "height": obs.screen_height}
+        step = Step(index=index, screenshot=key, planner_version=payload.planner_version,
+                    screen=ScreenSize(width=obs.screen_width, height=obs.screen_height))
         action: Action | None = None
         ended = False
 
@@ -313,20 +327,15 @@ class EpisodeRun:
 
         if plan is not None:
             step.thought = clip(plan.text)
-            step.planner_version = plan.version if plan.version != "base" else None
-            step.extra["plan"] = {"thought": clip(plan.thought, 4000),
-                                  "action_hint": plan.action_hint, "finished": plan.finished,
-                                  "answer": plan.answer, "answer_mode": ans,
-                                  "completion_tokens": plan.completion_tokens}
-            if plan.finished:
-                action = Answer(text=plan.answer) if plan.answer is not None else Done()
-                ended = True
-            elif (plan.action_hint or "").strip() in FAIL_HINTS:
-                action, ended = Fail(), True
-            elif not plan.text.strip():
-                step.outcome, step.error = StepOutcome.PARSE_ERROR, "planner: empty output"
-            else:
+            step.planner_version = stored_version(plan.version)
+            step.plan = plan_record(plan, answer_mode=ans)
+            decision = decide(plan)
+            if decision.ends_episode:
+                action, ended = decision.action, True
+            elif decision.ground:
                 action, ended = await self._execute(payload, step, shot, obs, history, t)
+            else:
+                step.outcome, step.error = StepOutcome.PARSE_ERROR, decision.error
         if action is not None:
             step.action = action
             if not ended:
@@ -344,7 +353,7 @@ class EpisodeRun:
         t.report = (time.perf_counter() - mark) * 1000
         t.total = (time.perf_counter() - start) * 1000
         step.latency_ms = t.total
-        step.extra["timings_ms"] = t.as_dict()
+        step.timings = t.record()
         step = Step.model_validate(storable(step.model_dump(mode="json")))
         self._report = asyncio.create_task(self._master(self.master.report_step(self.job, step)))
         self.steps.append(step)

@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from coda.actions import Action, Answer, Done
+from coda.actions import Action
 from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
@@ -31,21 +29,19 @@ from coda.contracts.services_api import (
     ImageRef,
     JudgeRequest,
     JudgeStep,
-    Plan,
     PlanRequest,
     Sampling,
+    stored_version,
 )
 from coda.contracts.training import Candidate, Group, StateRef
 from coda.logging import get_logger
+from coda.plans import PlanDecision, decide
 from coda.rewards import action_reward
 from worker.episode import executor_sampling
 from worker.history import attempt_steps, clip, history_of
 from worker.settings import WorkerSettings
 
 log = get_logger("worker.followups")
-
-NO_PLAN_TEXT = "Thought: (the planner wrote nothing)"
-
 
 class JobRefused(ValueError):
     """The job cannot be done from what the master stores (retrying will not help)."""
@@ -86,13 +82,6 @@ def _instruction(episode: Episode) -> str:
     return episode.instruction
 
 
-def plan_action(plan: Plan) -> Action | None:
-    """The action a finished plan stands for (DONE or an answer), else None."""
-    if not plan.finished:
-        return None
-    return Answer(text=plan.answer) if plan.answer is not None else Done()
-
-
 def state_of(episode: Episode, steps: list[Step], index: int,
              ) -> tuple[StateRef, Step, list[HistoryStep]]:
     """The stored state before step ``index`` of ``steps`` (one attempt's steps), the step, and
@@ -102,7 +91,8 @@ def state_of(episode: Episode, steps: list[Step], index: int,
     if step is None or not step.screenshot:
         raise JobRefused(f"episode {episode.id} has no step {index} with a screenshot")
     before = [s for s in steps if s.index < index]
-    screen = step.extra.get("screen") or {}
+    if step.screen is None:
+        raise JobRefused(f"step {index} of episode {episode.id} has no screen size")
     history = history_of(before)
     prev = before[-1].screenshot if before else None
     state = StateRef(
@@ -110,7 +100,7 @@ def state_of(episode: Episode, steps: list[Step], index: int,
         app=episode.app, screenshot=step.screenshot, previous_screenshot=prev,
         history=[{"thought": h.thought, "action_text": h.action_text,
                   "screenshot": h.screenshot.ref if h.screenshot else None} for h in history],
-        screen_width=int(screen.get("width", 1280)), screen_height=int(screen.get("height", 800)))
+        screen_width=step.screen.width, screen_height=step.screen.height)
     return state, step, history
 
 
@@ -122,30 +112,28 @@ async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
     state, step, history = state_of(episode, steps, payload.step_index)
     if step.action is None:
         raise JobRefused(f"step {payload.step_index} of episode {episode.id} has no action")
+    if step.plan is None:
+        raise JobRefused(f"step {payload.step_index} of episode {episode.id} has no plan record")
     target = step.action
     shot = ImageRef(ref=state.screenshot)
-    plan_extra: dict[str, Any] = step.extra.get("plan") or {}
     resp = await planner.plan(PlanRequest(
         instruction=clip(state.instruction), screenshot=shot, history=history,
         n=payload.group_size,
         sampling=Sampling(temperature=settings.group_temperature,
                           max_tokens=settings.max_tokens),
-        answer_mode=bool(plan_extra.get("answer_mode", False)),
+        answer_mode=step.plan.answer_mode,
         adapter=payload.planner_version, return_logprobs=True))
     plans = resp.plans
-    texts = [clip(p.text) if p.text.strip() else NO_PLAN_TEXT for p in plans]
-    grounded = await executor.act_batch(ActBatchRequest(
-        instruction=clip(state.instruction), thoughts=texts,
-        screenshot=shot, history=history, screen_width=state.screen_width,
-        screen_height=state.screen_height, sampling=executor_sampling(settings)))
+    decisions = [decide(p) for p in plans]
+    actions = await grounded_actions(executor, settings, state, shot, history,
+                                     [clip(p.text) for p in plans], decisions)
     screen = (state.screen_width, state.screen_height)
     candidates = []
-    for plan, result in zip(plans, grounded.results, strict=True):
-        action = plan_action(plan) or result.action
+    for plan, (action, raw) in zip(plans, actions, strict=True):
         candidates.append(Candidate(
-            plan=plan.text, action=action, raw_action=result.raw,
+            plan=plan.text, action=action, raw_action=raw,
             reward=action_reward(action, target, screen),
-            planner_version=plan.version if plan.version != "base" else None,
+            planner_version=stored_version(plan.version),
             token_count=len(plan.token_ids) if plan.token_ids is not None
             else plan.completion_tokens,
             token_ids=plan.token_ids, logprobs=plan.logprobs))
@@ -156,3 +144,24 @@ async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
              size=len(candidates), reward_mean=round(sum(rewards) / len(rewards), 4),
              reward_max=max(rewards))
     return GroupJobResult(group=group)
+
+
+async def grounded_actions(executor: ExecutorClient, settings: WorkerSettings, state: StateRef,
+                           shot: ImageRef, history: list[HistoryStep], texts: list[str],
+                           decisions: list[PlanDecision],
+                           ) -> list[tuple[Action | None, str | None]]:
+    """Each plan's action and the executor's raw text, by the rollout's rule
+    (:func:`coda.plans.decide`): the planner's own terminal action (DONE, an answer, FAIL), the
+    executor's grounding of the plans that need one (one batch call), or none for an empty
+    plan (reward 0)."""
+    ground = [i for i, d in enumerate(decisions) if d.ground]
+    out: list[tuple[Action | None, str | None]] = [(d.action, None) for d in decisions]
+    if not ground:
+        return out
+    grounded = await executor.act_batch(ActBatchRequest(
+        instruction=clip(state.instruction), thoughts=[texts[i] for i in ground],
+        screenshot=shot, history=history, screen_width=state.screen_width,
+        screen_height=state.screen_height, sampling=executor_sampling(settings)))
+    for i, result in zip(ground, grounded.results, strict=True):
+        out[i] = (result.action, result.raw)
+    return out

@@ -90,8 +90,8 @@ class StateRef(BaseModel):
     history: list[dict[str, Any]] = Field(
         default_factory=list, description="past steps: {thought, action_text, screenshot}"
     )
-    screen_width: int = Field(default=1280, ge=1)
-    screen_height: int = Field(default=800, ge=1)
+    screen_width: int = Field(ge=1, description="width of the screen the screenshot shows")
+    screen_height: int = Field(ge=1, description="height of the screen the screenshot shows")
 
 
 class GroupStatus(StrEnum):

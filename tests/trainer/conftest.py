@@ -86,7 +86,7 @@ def store_screens(artifacts_dir: Path) -> tuple[str, str]:
 
 def make_state(screen: str, previous: str) -> StateRef:
     return StateRef(step_index=1, instruction=INSTRUCTION, app="demo", screenshot=screen,
-                    previous_screenshot=previous,
+                    screen_width=112, screen_height=84, previous_screenshot=previous,
                     history=[{"thought": "Thought: open the menu\nAction: click",
                               "action_text": "click(start_box='(1,2)')", "screenshot": previous}])
 

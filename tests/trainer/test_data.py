@@ -50,6 +50,7 @@ def state_with_history(keys: list[str], steps: int) -> StateRef:
     history = [{"thought": f"Thought: step {i}\nAction: click", "action_text": "click()",
                 "screenshot": keys[i % 2]} for i in range(steps)]
     return StateRef(step_index=steps, instruction=INSTRUCTION, app="demo", screenshot=keys[2],
+                    screen_width=112, screen_height=84,
                     previous_screenshot=keys[(steps - 1) % 2] if steps else None,
                     history=history)
 

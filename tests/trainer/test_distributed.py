@@ -25,6 +25,7 @@ def write_groups(path: Path, screen: str, previous: str, n: int) -> None:
     groups = []
     for k in range(n):
         state = StateRef(step_index=1, instruction=f"{INSTRUCTION} #{k}", app="demo",
+                         screen_width=112, screen_height=84,
                          screenshot=screen if k % 2 else previous, previous_screenshot=previous,
                          history=[{"thought": "Thought: start", "screenshot": previous}])
         cands = [Candidate(plan=p, reward=((i * (k + 1)) % 4) / 3) for i, p in enumerate(PLANS)]

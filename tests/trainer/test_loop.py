@@ -32,7 +32,8 @@ def config(master, model: Path, artifacts: Path, tmp_path: Path, **extra: object
 
 
 def group(screen: str, version: str, rewards: list[float], **cand: object) -> Group:
-    state = StateRef(step_index=0, instruction=INSTRUCTION, app="demo", screenshot=screen)
+    state = StateRef(step_index=0, instruction=INSTRUCTION, app="demo", screenshot=screen,
+                     screen_width=112, screen_height=84)
     cands = [Candidate(plan=p, reward=r, planner_version=version, **cand)  # type: ignore[arg-type]
              for p, r in zip(PLANS, rewards, strict=True)]
     return Group(state=state, target=CLICK, candidates=cands, planner_version=version)

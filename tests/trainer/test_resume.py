@@ -31,7 +31,8 @@ PLANS = ["click the file menu", "Open 123 NOW", "save it", "x!", "hello there", 
 
 def synthetic_group(screen: str, k: int) -> Group:
     """A group with fixed plans and rewards (no sampling needed to test the bookkeeping)."""
-    state = StateRef(step_index=k, instruction=INSTRUCTION, app="demo", screenshot=screen)
+    state = StateRef(step_index=k, instruction=INSTRUCTION, app="demo", screenshot=screen,
+                     screen_width=112, screen_height=84)
     cands = [Candidate(plan=p, reward=((i + k) % 5) / 4, planner_version="base")
              for i, p in enumerate(PLANS)]
     return Group(state=state, target=CLICK, candidates=cands, planner_version="base")

@@ -16,7 +16,7 @@ import pytest
 
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import BatchCreate, WorkerRegister
-from coda.contracts.records import EpisodeResult, JobKind, Step
+from coda.contracts.records import EpisodeResult, JobKind, ScreenSize, Step
 from coda.contracts.training import ModelRole, Verdict
 from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, png
 from trainer.dataset import ExportFilter, export_dataset, load_rows, row_messages
@@ -46,6 +46,7 @@ async def judged_episodes(master) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:  # 
             for i, thought in enumerate(THOUGHTS):
                 key = (await worker.upload_artifact(png((40 * i, 10 * n, 90)))).key
                 await worker.report_step(job, Step(index=i, thought=thought, screenshot=key,
+                                                   screen=ScreenSize(width=90, height=40),
                                                    planner_version="base"))
             await worker.complete(job, EpisodeResult(success=True, steps=3).model_dump())
             ids[task] = uuid.UUID(job.payload["episode_id"])

@@ -116,7 +116,7 @@ def test_tiny_models_garbage_output_is_recorded_as_step_errors(
         assert [s["index"] for s in steps] == [0, 1, 2]
         for s in steps:
             assert s["screenshot"] and s["planner_version"] is None
-            assert s["extra"]["timings_ms"]["total"] > 0
+            assert s["timings"]["total"] > 0 and s["screen"]["width"] > 0
             if s["outcome"] != "ok":
                 assert s["error"], s
         assert any(s["outcome"] in ("parse_error", "model_error") for s in steps), steps

@@ -27,7 +27,7 @@ KEY = "sha256/ab/" + "a" * 64 + ".png"
 
 def step(index: int, attempt: int = 1, thought: str | None = "Thought: t\nAction: a",
          **kw: object) -> Step:
-    fields: dict[str, object] = {"screenshot": KEY,
+    fields: dict[str, object] = {"screenshot": KEY, "screen": {"width": 1280, "height": 800},
                                  "raw_executor_text": f"click(start_box='({index},{index})')"}
     fields.update(kw)
     return Step.model_validate({"index": index, "attempt": attempt, "thought": thought,
@@ -63,7 +63,7 @@ def test_attempt_steps_default_to_the_latest_attempt() -> None:
 
 
 def test_judge_steps_carry_screenshot_thought_and_action_text() -> None:
-    js = judge_steps([step(0), step(1, screenshot=None), step(2)])
+    js = judge_steps([step(0), step(1, screenshot=None, screen=None), step(2)])
     assert [j.action for j in js] == ["click(start_box='(0,0)')", "click(start_box='(2,2)')"]
     typed = step(0, raw_executor_text=None, action=Hotkey(keys=["ctrl", "s"]).model_dump())
     assert "hotkey" in (judge_steps([typed])[0].action or "")
@@ -76,7 +76,7 @@ def _episode(steps: list[Step]) -> Episode:
 
 
 def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
-    steps = [step(0), step(1, extra={"screen": {"width": 1920, "height": 1080}})]
+    steps = [step(0), step(1, screen={"width": 1920, "height": 1080})]
     state, target_step, history = state_of(_episode(steps), steps, 1)
     assert state.step_index == 1 and state.instruction == "fix the typo"
     assert (state.screen_width, state.screen_height) == (1920, 1080)
@@ -101,7 +101,7 @@ def test_ready_titles_name_the_opened_files_else_the_app() -> None:
 
 def test_step_overhead_leaves_out_models_and_the_action() -> None:
     t = StepTimes(total=500, plan_model=100, execute_model=50, act=20, settle=300)
-    assert t.overhead() == 30 and t.as_dict()["overhead"] == 30
+    assert t.overhead() == 30 and t.record().overhead == 30 and t.record().total == 500
     assert StepTimes(total=10, settle=20).overhead() == 0
 
 
