@@ -4,6 +4,7 @@ real HTTP against a uvicorn server in a thread."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,12 +25,19 @@ def _app(**kw: Any) -> Any:
 
     app, _ = create_service_app(name="test", version="0", description="d", ready=ready, **kw)
 
+    entered, release = threading.Event(), threading.Event()
+
     @app.post("/v1/slow")
     async def slow(body: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.sleep(float(body.get("s", 0.5)))
+        if body.get("hold"):  # holds its slot until the test releases it
+            entered.set()
+            await asyncio.to_thread(release.wait, 30)
+        else:
+            await asyncio.sleep(float(body.get("s", 0.5)))
         return {"ok": True}
 
     app.state.flags = state
+    app.state.entered, app.state.release = entered, release
     return app
 
 
@@ -41,25 +49,33 @@ def limited() -> Iterator[tuple[str, Any]]:
 
 
 @pytest.fixture
-def no_waiting_room() -> Iterator[str]:
-    yield from serve(_app(max_concurrency=1, queue_timeout_s=0))
+def no_waiting_room() -> Iterator[tuple[str, Any]]:
+    app = _app(max_concurrency=1, queue_timeout_s=0)
+    for url in serve(app):
+        yield url, app
 
 
-async def _two_at_once(url: str) -> list[int]:
+async def _two_at_once(url: str, app: Any) -> list[int]:
+    """A second request while the first holds the only slot (an event says it does, no
+    guessed delay); the first is released after the second was answered."""
     async with httpx.AsyncClient(base_url=url) as c:
-        first = asyncio.create_task(c.post("/v1/slow", json={"s": 1.0}))
-        await asyncio.sleep(0.3)
-        second = await c.post("/v1/slow", json={"s": 0})
+        first = asyncio.create_task(c.post("/v1/slow", json={"hold": True}))
+        try:
+            assert await asyncio.to_thread(app.state.entered.wait, 30), "first never ran"
+            second = await c.post("/v1/slow", json={"s": 0})
+        finally:
+            app.state.release.set()
         return [(await first).status_code, second.status_code]
 
 
 async def test_overload_answers_503_after_waiting(limited):
-    url, _ = limited
-    assert await _two_at_once(url) == [200, 503]
+    url, app = limited
+    assert await _two_at_once(url, app) == [200, 503]
 
 
 async def test_overload_without_waiting_room_answers_429(no_waiting_room):
-    codes = await _two_at_once(no_waiting_room)
+    url, app = no_waiting_room
+    codes = await _two_at_once(url, app)
     assert codes == [200, 429]
 
 
