@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     })
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    log.info("done", out=str(args.out), **{k: v for k, v in result.items()
+    log.info("bench.done", out=str(args.out), **{k: v for k, v in result.items()
                                             if isinstance(v, int | float)})
 
 

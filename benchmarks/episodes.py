@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     result["at"] = datetime.now(UTC).isoformat(timespec="seconds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    log.info("episodes benchmark", **{k: v for k, v in result.items()
+    log.info("bench.episodes_done", **{k: v for k, v in result.items()
                                       if k in ("step_overhead_ms", "episodes_per_min")})
 
 

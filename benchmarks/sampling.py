@@ -195,7 +195,7 @@ def running_services(cfg: Config, workdir: Path,
     if need and model is None:
         from coda.inference.tiny import build_tiny_qwen25vl
 
-        log.info("building the tiny random Qwen2.5-VL", dir=str(workdir / "tiny"))
+        log.info("bench.building_tiny_model", dir=str(workdir / "tiny"))
         model = str(build_tiny_qwen25vl(workdir / "tiny"))
     token = os.environ.get("CODA_TOKEN") if not need else secrets.token_hex(16)
     envs = service_env(cfg, model or "", token or "")
@@ -204,7 +204,7 @@ def running_services(cfg: Config, workdir: Path,
         for svc in services.values():
             svc.start()
         for name, svc in services.items():
-            log.info("waiting for service", service=name, url=svc.url)
+            log.info("bench.waiting_for_service", service=name, url=svc.url)
             svc.wait_ready(START_TIMEOUT_S)
         planner = cfg.planner_url or services["planner"].url
         executor = cfg.executor_url or services["executor"].url
@@ -285,12 +285,12 @@ async def measure(name: str, path: TimedPath, client: Any, cfg: Config, st: Stat
                   count: Counter) -> list[Run]:
     """One warm-up call, then ``cfg.repeats`` timed rounds."""
     warm = await path(client, cfg, st, count)
-    log.info("warm-up", path=name, seconds=round(warm.seconds, 3))
+    log.info("bench.warm_up", path=name, seconds=round(warm.seconds, 3))
     runs = []
     for i in range(cfg.repeats):
         run = await path(client, cfg, st, count)
-        log.info("timed", path=name, round=i + 1, of=cfg.repeats, seconds=round(run.seconds, 3),
-                 tokens=run.tokens)
+        log.info("bench.timed", path=name, round=i + 1, of=cfg.repeats,
+                 seconds=round(run.seconds, 3), tokens=run.tokens)
         runs.append(run)
     return runs
 
@@ -376,12 +376,12 @@ async def bench(cfg: Config, planner_url: str, executor_url: str, token: str | N
     async with PlannerClient(planner_url, token=token, timeout=cfg.timeout_s,
                              retries=1) as planner:
         for name, plan_path in (("plan_batch", plan_batch), ("plan_sequential", plan_sequential)):
-            log.info("measuring", path=name, n=cfg.n)
+            log.info("bench.measuring", path=name, n=cfg.n)
             runs[name] = await measure(name, plan_path, planner, cfg, st, count)
     async with ExecutorClient(executor_url, token=token, timeout=cfg.timeout_s,
                               retries=1) as executor:
         for name, act_path in (("act_batch", act_batch), ("act_sequential", act_sequential)):
-            log.info("measuring", path=name, n=cfg.n)
+            log.info("bench.measuring", path=name, n=cfg.n)
             runs[name] = await measure(name, act_path, executor, cfg, st, count)
     return runs
 
@@ -401,12 +401,12 @@ def run(cfg: Config) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
     cfg = parse_args(argv)
-    log.info("sampling benchmark", n=cfg.n, repeats=cfg.repeats, max_tokens=cfg.max_tokens,
+    log.info("bench.sampling_start", n=cfg.n, repeats=cfg.repeats, max_tokens=cfg.max_tokens,
              device=cfg.device, model=cfg.model or "tiny")
     result = run(cfg)
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
     cfg.out.write_text(json.dumps(result, indent=2) + "\n")
-    log.info("done", out=str(cfg.out), plan_batch_speedup=result["plan_batch_speedup"],
+    log.info("bench.done", out=str(cfg.out), plan_batch_speedup=result["plan_batch_speedup"],
              act_batch_speedup=result["act_batch_speedup"])
     return 0
 

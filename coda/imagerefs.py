@@ -214,7 +214,7 @@ def _unreachable(cause: BaseException | None) -> bool:
 
 
 def _unavailable(exc: BaseException | None) -> ArtifactStoreUnavailable:
-    log.warning("artifact_store_read_failed", error=f"{type(exc).__name__}: {exc}")
+    log.warning("artifacts.read_failed", error=f"{type(exc).__name__}: {exc}")
     return ArtifactStoreUnavailable(
         f"the artifact store could not be read ({type(exc).__name__})")
 

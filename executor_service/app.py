@@ -61,7 +61,7 @@ async def _act(state: ModelState, req: ActRequest | ActBatchRequest, thoughts: l
 async def act(req: ActRequest, state: StateDep) -> ActResult:
     """Ground one planner thought into one action on the given screenshot."""
     (result,) = await _act(state, req, [req.thought], "thought")
-    log.info("act", action=result.action.type if result.action else None,
+    log.info("executor.act", action=result.action.type if result.action else None,
              parse_error=result.error is not None, latency_ms=round(result.latency_ms, 1))
     return result
 
@@ -71,7 +71,7 @@ async def act_batch(req: ActBatchRequest, state: StateDep) -> ActBatchResponse:
     """Ground G thoughts on one state in one backend call (GRPO groups)."""
     start = time.perf_counter()
     resp = logic.batch_response(await _act(state, req, req.thoughts, "thoughts"), start)
-    log.info("act_batch", g=len(req.thoughts),
+    log.info("executor.act_batch", g=len(req.thoughts),
              parse_errors=sum(r.error is not None for r in resp.results),
              latency_ms=round(resp.latency_ms, 1))
     return resp

@@ -71,8 +71,8 @@ async def judge(req: JudgeRequest, st: StateDep) -> JudgeResponse:
                       (("body", "steps", i, "action"), step.action)]
         raise too_long(exc, texts) from None
     latency = (time.perf_counter() - start) * 1000
-    log.info("judged", steps=len(req.steps), correct=verdict.correct, votes=len(verdict.votes),
-             latency_ms=round(latency, 1))
+    log.info("judge.verdict", steps=len(req.steps), correct=verdict.correct,
+             votes=len(verdict.votes), latency_ms=round(latency, 1))
     return JudgeResponse(verdict=verdict, latency_ms=latency)
 
 
@@ -96,7 +96,7 @@ async def check_instruction(req: InstructionCheckRequest, st: StateDep) -> Instr
         raise too_long(exc, [(("body", "instruction"), req.instruction),
                              (("body", "app"), req.app)]) from None
     clear, executable, judgeable, reason, parsed = parse_instruction_check(completion.text)
-    log.info("instruction checked", model=name, parsed=parsed, clear=clear,
+    log.info("judge.instruction_checked", model=name, parsed=parsed, clear=clear,
              executable=executable, judgeable=judgeable)
     return InstructionCheck(clear=clear, executable=executable, judgeable=judgeable,
                             reason=reason, parsed=parsed, raw=completion.text)

@@ -89,7 +89,7 @@ def copy_from_store(store: ReadOnlyStore, folder: str, cache_dir: str | Path,
     except FileNotFoundError:
         listing = {}
     except Exception as exc:  # any fsspec backend error: the store is at fault
-        log.warning("adapter_store_list_failed", error=f"{type(exc).__name__}: {exc}")
+        log.warning("planner.adapter_list_failed", error=f"{type(exc).__name__}: {exc}")
         raise ArtifactStoreUnavailable(
             f"the artifact store could not be read ({type(exc).__name__})") from None
     files = {p: info for p, info in listing.items() if info.get("type") == "file"}

@@ -133,7 +133,7 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
                           token_ids=list(c.token_ids) if c.token_ids is not None else None,
                           logprobs=list(c.logprobs) if c.logprobs is not None else None))
     latency = (time.perf_counter() - start) * 1000
-    log.info("plan", n=req.n, version=adapter or BASE, latency_ms=round(latency, 1))
+    log.info("planner.plan", n=req.n, version=adapter or BASE, latency_ms=round(latency, 1))
     return PlanResponse(plans=plans, latency_ms=latency)
 
 
@@ -142,7 +142,7 @@ async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
 async def load_adapter(body: AdapterLoad, st: StateDep) -> AdapterInfo:
     """Load a peft adapter under a version name (optionally making it the default)."""
     info = await st.adapters.load(body)
-    log.info("adapter loaded", version=body.version, default=info.is_default)
+    log.info("planner.adapter_loaded", version=body.version, default=info.is_default)
     return info
 
 
@@ -161,7 +161,7 @@ Version = Annotated[str, Path(min_length=1, max_length=200, pattern=VERSION_PATT
 async def unload_adapter(version: Version, st: StateDep) -> None:
     """Unload an adapter; when it was the default, the base model becomes the default."""
     await st.adapters.unload(version)
-    log.info("adapter unloaded", version=version)
+    log.info("planner.adapter_unloaded", version=version)
 
 
 def create_app(settings: PlannerSettings | None = None, *,

@@ -108,7 +108,7 @@ def save_checkpoint(root: str | Path, state: TrainState, weights: dict[str, torc
     pointer.write_text(name)
     os.replace(pointer, root / LATEST)
     _prune(root, keep)
-    log.info("checkpoint_saved", path=str(target), update=state.update)
+    log.info("trainer.checkpoint_saved", path=str(target), update=state.update)
     return target
 
 

@@ -123,7 +123,7 @@ class Trainer:
             ckpt.restore_optimizer(path, self.optimizer, self.scheduler)
         self.checkpoint_path = str(path)
         self._trained = set(self.state.trained)
-        log.info("trainer_resumed", checkpoint=str(path), update=self.state.update,
+        log.info("trainer.resumed", checkpoint=str(path), update=self.state.update,
                  version=self.state.versions[-1], pending_acks=len(self.state.pending_acks))
 
     def _unwrapped(self) -> Any:
@@ -169,7 +169,7 @@ class Trainer:
             if report.leased == 0:
                 idle = time.monotonic() - idle_since
                 if self.cfg.idle_exit_s is not None and idle >= self.cfg.idle_exit_s:
-                    log.info("trainer_idle_exit", idle_s=round(idle, 1))
+                    log.info("trainer.idle_exit", idle_s=round(idle, 1))
                     break
                 await asyncio.sleep(self.cfg.poll_s)
         return done
@@ -199,7 +199,7 @@ class Trainer:
                 encoded.append((rec, encode_group(self.processor, rec.group, self.read,
                                                   self.prompt_options, group_id=rec.id)))
             except GroupDataError as exc:
-                log.warning("group_unusable", group=str(rec.id), error=str(exc))
+                log.warning("trainer.group_unusable", group=str(rec.id), error=str(exc))
                 immediate.append((rec, GroupStatus.DROPPED))
                 report.dropped["bad_data"] = report.dropped.get("bad_data", 0) + 1
         for reason, n in report.dropped.items():
@@ -227,7 +227,7 @@ class Trainer:
         await self._report(report)
         if self.state.update % self.cfg.publish_every == 0:
             report.published = await self._publish(metrics)
-        log.info("update", update=report.update, groups=report.trained,
+        log.info("trainer.update", update=report.update, groups=report.trained,
                  reward=round(metrics["reward_mean"], 4), loss=round(metrics["loss"], 5),
                  version=self.state.versions[-1], dropped=report.dropped or None)
         return report
@@ -283,7 +283,7 @@ class Trainer:
         except ServiceError as exc:
             if exc.status != 409:  # 409: the lease ran out; the ledger catches a re-lease
                 raise
-            log.info("ack_lease_lost", group=group_id, detail=str(exc.detail))
+            log.info("trainer.ack_lease_lost", group=group_id, detail=str(exc.detail))
             return False
 
     async def _flush_acks(self) -> None:
@@ -324,7 +324,7 @@ class Trainer:
         try:
             await self.master.report_training(body)
         except Exception as exc:  # figures must never stop training
-            log.warning("metrics_report_failed", error=str(exc))
+            log.warning("trainer.metrics_report_failed", error=str(exc))
 
     def _tensorboard(self, report: UpdateReport) -> None:
         if self._writer is None:
@@ -372,7 +372,7 @@ class Trainer:
         if self.checkpoint_path and self.dist.is_main:
             ckpt.update_state(self.checkpoint_path, self.state)
         self.dist.barrier()
-        log.info("version_published", version=version, update=self.state.update)
+        log.info("trainer.version_published", version=version, update=self.state.update)
         return version
 
     async def aclose(self) -> None:

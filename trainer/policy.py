@@ -79,7 +79,7 @@ def load_policy(cfg: TrainerConfig, *, device: str | None = None) -> Policy:
             param.requires_grad = "visual" not in name
     model.to(dev)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    log.info("policy_loaded", model=cfg.model, device=dev, dtype=str(dtype), lora=cfg.lora,
+    log.info("trainer.policy_loaded", model=cfg.model, device=dev, dtype=str(dtype), lora=cfg.lora,
              trainable_params=trainable)
     return Policy(model=model, processor=processor, device=dev, dtype=dtype, lora=cfg.lora)
 

@@ -52,7 +52,7 @@ async def register(master: MasterClient, spec: ModelVersionCreate) -> ModelVersi
     except ServiceError as exc:
         if exc.status != 409:
             raise
-        log.info("version_already_registered", version=spec.name)
+        log.info("trainer.version_already_registered", version=spec.name)
         return None
 
 
@@ -76,7 +76,8 @@ async def roll_out(urls: list[str], version: str, uri: str, *, keep: list[str],
             try:
                 await planner.load_adapter(version, uri, make_default=True)
             except Exception as exc:  # a broken replica must not stop the others
-                log.warning("adapter_load_failed", planner=url, version=version, error=str(exc))
+                log.warning("trainer.adapter_load_failed", planner=url, version=version,
+                            error=str(exc))
                 result.failed[url] = str(exc)
                 continue
             result.loaded.append(url)
@@ -88,8 +89,8 @@ async def roll_out(urls: list[str], version: str, uri: str, *, keep: list[str],
                         await planner.unload_adapter(item.version)
                         result.unloaded.append(f"{url}:{item.version}")
             except Exception as exc:
-                log.warning("adapter_unload_failed", planner=url, error=str(exc))
-    log.info("version_rolled_out", version=version, loaded=len(result.loaded),
+                log.warning("trainer.adapter_unload_failed", planner=url, error=str(exc))
+    log.info("trainer.version_rolled_out", version=version, loaded=len(result.loaded),
              failed=len(result.failed))
     return result
 

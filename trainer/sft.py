@@ -128,7 +128,7 @@ def train_sft(cfg: SFTConfig, rows: list[dict[str, Any]],
             if on_step is not None:
                 on_step(result.steps, steps_total, step_loss)
         result.losses.append(dataset_loss(policy.model, encoded, policy.device))
-        log.info("sft_epoch", epoch=epoch + 1, loss=round(result.losses[-1], 5))
+        log.info("sft.epoch", epoch=epoch + 1, loss=round(result.losses[-1], 5))
     return result, policy
 
 
@@ -153,5 +153,5 @@ async def publish_sft(cfg: SFTConfig, policy: Any, result: SFTResult) -> SFTResu
         await roll_out(cfg.planner_urls, version, cfg.planner_uri(uri, version), keep=[version],
                        run_prefix=f"{cfg.run_name}-", token=cfg.planner_token)
     result.version, result.uri = version, uri
-    log.info("sft_published", version=version, uri=uri)
+    log.info("sft.published", version=version, uri=uri)
     return result

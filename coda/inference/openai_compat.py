@@ -242,7 +242,7 @@ class OpenAICompatBackend:
             if response.status_code >= 400:
                 raise BackendError(f"POST /v1/load_lora_adapter: {detail}")
         self._adapters[version] = path
-        log.info("adapter_loaded", version=version, server=self.base_url)
+        log.info("inference.adapter_loaded", version=version, server=self.base_url)
 
     async def unload_adapter(self, version: str) -> None:
         """``POST /v1/unload_lora_adapter``; 404 (the server does not have it) counts as done."""
@@ -252,7 +252,7 @@ class OpenAICompatBackend:
             raise BackendError(f"POST /v1/unload_lora_adapter: HTTP {response.status_code}: "
                                f"{response.text[:300]}")
         self._adapters.pop(version, None)
-        log.info("adapter_unloaded", version=version, server=self.base_url)
+        log.info("inference.adapter_unloaded", version=version, server=self.base_url)
 
     def adapters(self) -> dict[str, str]:
         return dict(self._adapters)

@@ -71,7 +71,7 @@ def answer(exc: Exception) -> Response | None:
     if isinstance(exc, BackendRejected):
         return _json(422, field_body(["body"], f"the model server refused the request: {exc}"))
     if isinstance(exc, BackendError):
-        log.warning("model_backend_failed", error=str(exc))
+        log.warning("model.backend_failed", error=str(exc))
         return _json(502, {"detail": f"model backend: {exc}"})
     if isinstance(exc, ArtifactStoreUnavailable):
         return _json(502, {"detail": str(exc)})

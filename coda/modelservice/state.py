@@ -54,11 +54,11 @@ class ModelState:
         try:
             for name, spec in self.specs.items():
                 self.backends[name] = await asyncio.to_thread(make_backend, spec)
-                log.info("model_backend_ready", name=name, backend=spec.backend, model=spec.model)
+                log.info("model.backend_ready", name=name, backend=spec.backend, model=spec.model)
             await self.on_loaded()
         except Exception as exc:  # reported by /readyz and the routes, never a crash
             self.load_error = f"{type(exc).__name__}: {exc}"
-            log.error("model_backend_failed", error=self.load_error, exc_info=True)
+            log.error("model.backend_failed", error=self.load_error, exc_info=True)
 
     async def on_loaded(self) -> None:
         """Called once every backend is there (subclasses set up what depends on them)."""

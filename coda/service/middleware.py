@@ -78,7 +78,8 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
-            log.exception("unhandled error", method=scope.get("method"), path=scope.get("path"))
+            log.exception("request.unhandled_error", method=scope.get("method"),
+                          path=scope.get("path"))
             if not started:
                 await safe_json({"detail": "internal server error", "request_id": rid},
                                 500)(scope, receive, send_with_id)
@@ -256,9 +257,9 @@ class RequestLimits:
                 raise  # cancelled from outside (server shutdown)
             me.uncancel()
             if state["reason"] == "disconnect":
-                log.info("request cancelled: client disconnected", path=scope.get("path"))
+                log.info("request.client_disconnected", path=scope.get("path"))
             else:
-                log.warning("request deadline passed", path=scope.get("path"),
+                log.warning("request.deadline_passed", path=scope.get("path"),
                             deadline_s=self.request_timeout_s)
                 if not state["started"]:
                     await safe_json({"detail": f"request exceeded the server deadline of "

@@ -107,7 +107,7 @@ def test_kill_9_during_training_then_resume_trains_each_group_once(
     steps = {int(s["step"]) for s in opt["state"].values()}
     assert steps == {8}  # Adam's step count continued across the restart
     text = log.read_text()
-    assert "trainer_resumed" in text
+    assert "trainer.resumed" in text
 
 
 async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothing_twice(

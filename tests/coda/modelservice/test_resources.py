@@ -122,7 +122,7 @@ async def test_an_abandoned_generation_stops(limited_planner: RunningService) ->
     async with limited_planner.http(timeout=30.0) as http:
         resp = await http.post("/v1/plan", json=plan())
     assert resp.status_code == 200, resp.text
-    assert "client disconnected" in limited_planner.process.log_tail(20_000)
+    assert "request.client_disconnected" in limited_planner.process.log_tail(20_000)
 
 
 async def test_every_request_has_a_deadline(limited_planner: RunningService) -> None:

@@ -172,7 +172,7 @@ def test_unhandled_error_is_a_json_500_with_request_id_metrics_and_traceback(
     assert r.json() == {"detail": "internal server error", "request_id": "rid-boom-1"}
     metrics = httpx.get(f"{url}/metrics").text
     assert 'http_requests_total{code="500",method="POST",route="/v1/boom"} 1.0' in metrics
-    [entry] = [e for e in events(json_log) if e.get("event") == "unhandled error"]
+    [entry] = [e for e in events(json_log) if e.get("event") == "request.unhandled_error"]
     assert entry["request_id"] == "rid-boom-1"
     assert "Traceback (most recent call last)" in entry["exception"]
     assert "kaboom in the handler" in entry["exception"]
@@ -255,11 +255,11 @@ def test_client_disconnect_cancels_the_request_and_signals_threads(
     assert app.state.cancelled.wait(timeout=10), "the thread never saw the cancel event"
     # the thread sees the event first; the pipeline logs why once the handler has unwound
     deadline = time.monotonic() + 10
-    while "request cancelled: client disconnected" not in (
+    while "request.client_disconnected" not in (
             names := [e["event"] for e in events(json_log)]):
         assert time.monotonic() < deadline, f"no disconnect logged: {names}"
         time.sleep(0.05)
-    assert "request deadline passed" not in names
+    assert "request.deadline_passed" not in names
     assert post(url, "/v1/sleep", '{"s": 0}').status_code == 200
 
 
