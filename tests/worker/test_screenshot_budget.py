@@ -210,6 +210,15 @@ def test_the_budget_and_pause_come_from_the_settings(leaky: LeakyGuest) -> None:
     assert set(desktop.pauses) == {0.5}
     assert desktop.settle(timeout_s=0.2) and desktop.pauses[-1] == 0.2  # capped, no screenshot
     assert leaky.shots == 10
+    assert desktop.guest is not None
+    probes: list[str] = []
+
+    def gone() -> None:  # asked between probes: never, when the budget is spent
+        probes.append("again")
+
+    h = desktop.guest.wait_ready(timeout=30, gone=gone)
+    assert not h.ok and h.reason is BrokenReason.X_CRASHED and not probes
+    assert leaky.shots == 10
     with pytest.raises(ValidationError):
         WorkerSettings(osworld_screenshot_budget=251)  # past their server's failure
 
