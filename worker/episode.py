@@ -237,6 +237,7 @@ class EpisodeRun:
         task = payload.task
         log.info("episode.start", job=str(self.job.id), episode=str(payload.episode_id),
                  task=task.id, app=task.app, attempt=self.job.attempt, slot=self.desktop.slot)
+        self.desktop.budget = self.settings.screenshot_budget()
         await self._desktop(self.desktop.reset)
         ctx = TaskContext.for_desktop(self.desktop, task)
         report = await self._desktop(run_setup, ctx)

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coda.contracts.records import JobKind
 from coda.contracts.services_api import JudgePolicy
+from worker.providers.base import OSWORLD_PAUSE_S, OSWORLD_SCREENSHOT_BUDGET, ScreenshotBudget
 
 ProviderName = Literal["local", "docker", "vmware", "vsphere"]
 
@@ -59,6 +60,16 @@ class WorkerSettings(BaseSettings):
                                   description="cap on steps per episode (default: the task's)")
     settle_timeout_s: float = Field(default=5.0, ge=0,
                                     description="wait for the screen to settle after an action")
+    osworld_settle_s: float = Field(
+        default=OSWORLD_PAUSE_S, ge=0,
+        description="on an OSWorld / ScienceBoard guest server, the settle after an action: this "
+        "fixed pause (their client's), then one screenshot, instead of polling screenshots "
+        "(their server leaks an X connection per screenshot); capped by settle_timeout_s")
+    osworld_screenshot_budget: int = Field(
+        default=OSWORLD_SCREENSHOT_BUDGET, ge=1, le=250,
+        description="screenshots one boot of an OSWorld / ScienceBoard guest server may be sent "
+        "(it fails near 250); the next step's screenshot past it fails the attempt and the "
+        "desktop is recycled at the next reset")
     app_ready_timeout_s: float = Field(
         default=30.0, ge=0, description="after setup, wait this long for the task's window")
     temperature: float = Field(default=0.0, ge=0, le=2,
@@ -81,6 +92,11 @@ class WorkerSettings(BaseSettings):
         if isinstance(v, str) and not v.lstrip().startswith("["):
             return [k.strip() for k in v.split(",") if k.strip()]
         return v
+
+    def screenshot_budget(self) -> ScreenshotBudget:
+        """How desktops spend screenshots on a leaking guest server (OSWorld's)."""
+        return ScreenshotBudget(pause_s=self.osworld_settle_s,
+                                per_boot=self.osworld_screenshot_budget)
 
     def secret(self, value: SecretStr | None) -> str | None:
         return value.get_secret_value() if value is not None else None

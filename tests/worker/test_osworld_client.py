@@ -147,6 +147,7 @@ def test_the_worker_drives_an_osworld_style_server_unmodified(throwaway_agent: s
         assert guest.health().ok
         obs = guest.observe(fmt="webp", width=640)
         assert (obs.width, obs.height, obs.screen_width) == (640, 400, 1280)
+        assert guest.screenshots == 2  # one full PNG each, scaled here (their server leaks)
         assert guest.act(Click(x=5, y=5)).ok
         assert guest.windows() is None
         task = parse_task({"type": "TeXstudio", "sort": "VM", "steps": 1, "instruction": "t",

@@ -6,6 +6,15 @@ readiness probing, broken-desktop replacement and the guest calls are shared her
 A broken desktop (agent gone, VM not answering, X crashed) is detected by :meth:`Desktop.health`
 or by any call raising :class:`DesktopBroken`; :meth:`Desktop.reset` then replaces it (a full
 stop and start) before handing it out again.
+
+Screenshots are spent by guest kind (:class:`ScreenshotBudget`). Against the project's agent the
+settle polls small screenshots every 50 ms until the screen is quiet. OSWorld's / ScienceBoard's
+server leaks an X connection per screenshot and fails near 250 of them per boot, so against it
+the settle waits a fixed pause, as their own client does after every action, and takes one
+screenshot (the next step's); a boot may take ``per_boot`` screenshots, and the one past it is
+refused (:class:`~worker.providers.client.ScreenshotBudgetSpent`): the attempt fails with a
+typed reason and the next :meth:`Desktop.reset` recycles the desktop instead of crashing its
+guest. ``Desktop.screenshots_this_boot`` counts them.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from coda.contracts.desktop import (
     ActResult,
     BrokenReason,
     DesktopBroken,
+    GuestKind,
     Health,
     ImageFormat,
     Observation,
@@ -55,7 +65,26 @@ def wait_quiet(small: Callable[[], bytes], *, timeout_s: float, poll_s: float, q
             return True, captured
     return False, None
 
+
 GUEST_HOME = "/home/user"  # the user home of OSWorld's and ScienceBoard's images
+
+OSWORLD_PAUSE_S = 2.0
+"""OSWorld's ``DesktopEnv.step(action, pause=2)`` sleeps ``pause`` after the action, then takes
+the one screenshot of its observation."""
+OSWORLD_SCREENSHOT_BUDGET = 200
+"""Their server fails at about 250 screenshots per boot (a 500 at the 251st, a crash at the
+252nd, measured); 200 leaves room for screenshots other clients of the guest take."""
+
+
+@dataclass
+class ScreenshotBudget:
+    """How a desktop spends screenshots on a guest whose server leaks one X connection per
+    screenshot (OSWorld's, ScienceBoard's): the settle waits ``pause_s`` (capped by its
+    timeout) and takes one screenshot; one boot of the guest server is sent at most
+    ``per_boot`` screenshots (readiness probes, observations, checkers' included)."""
+
+    pause_s: float = OSWORLD_PAUSE_S
+    per_boot: int | None = OSWORLD_SCREENSHOT_BUDGET
 
 
 @dataclass
@@ -80,6 +109,9 @@ class Desktop(abc.ABC):
     refine ``_machine_health``."""
 
     provider_name = "desktop"
+    revert_restarts_guest = True
+    """Whether ``_revert`` boots the guest server anew (a VM snapshot, a new container), which
+    starts a new screenshot count; a provider whose revert keeps the server running says no."""
 
     def __init__(self, slot: int, *, ready_timeout_s: float = 120.0) -> None:
         self.slot = slot
@@ -88,6 +120,9 @@ class Desktop(abc.ABC):
         self.layout = GuestLayout()
         self.replacements = 0
         self.last_broken: Health | None = None
+        self.budget = ScreenshotBudget()
+        self.sleep: Callable[[float], None] = time.sleep  # the settle's waits (tests: a fake)
+        self.clock: Callable[[], float] = time.monotonic
 
     # hooks ---------------------------------------------------------------------------------
 
@@ -120,6 +155,7 @@ class Desktop(abc.ABC):
         """Clean state, probed ready; a broken desktop is replaced first. Returns the first
         observation."""
         started = time.monotonic()
+        before = self.screenshots_this_boot
         if self.guest is None:
             self.guest = self._start()
         else:
@@ -132,11 +168,15 @@ class Desktop(abc.ABC):
                     if moved is not None:
                         self.guest.close()
                         self.guest = moved
+                    elif self.revert_restarts_guest:
+                        self.guest.new_boot()
                 except DesktopBroken as exc:
                     self._replace(Health(ok=False, reason=exc.reason, detail=exc.detail))
+        self._guest().screenshot_budget = self.budget.per_boot
         self._wait_ready()
         log.info("desktop.reset", provider=self.provider_name, slot=self.slot,
-                 seconds=round(time.monotonic() - started, 3))
+                 seconds=round(time.monotonic() - started, 3), screenshots_before=before,
+                 screenshots_this_boot=self.screenshots_this_boot)
         return self.observe(**(options or {}).get("observe", {}))
 
     def observe(self, *, fmt: ImageFormat = "png", width: int | None = None,
@@ -146,24 +186,44 @@ class Desktop(abc.ABC):
     def act(self, action: Action) -> ActResult:
         return self._guest().act(action)
 
+    @property
+    def screenshots_this_boot(self) -> int:
+        """Screenshots sent to the guest server since it last booted (logs, metrics)."""
+        return self.guest.screenshots if self.guest is not None else 0
+
+    def _paced(self, timeout_s: float) -> bool:
+        """Against a leaking guest (OSWorld's server): wait the fixed pause instead of polling
+        (True); against the project's agent: nothing (False)."""
+        if self._guest().kind is not GuestKind.OSWORLD:
+            return False
+        self.sleep(min(self.budget.pause_s, timeout_s))
+        return True
+
     def settle(self, *, timeout_s: float = 10.0, poll_s: float = 0.05, quiet_s: float = 0.2,
                width: int = 320) -> bool:
         """Wait until the screen stops changing (small screenshots unchanged for ``quiet_s``),
         at most ``timeout_s``; whether it settled. Applications such as TeXstudio handle keys
         typed during a state change (a panel closing, focus moving) out of step with the
         change, so the next action waits for the previous one to take effect; the quiet period
-        covers an application that is busy and has not repainted yet."""
+        covers an application that is busy and has not repainted yet. Against a leaking guest
+        the fixed pause of :class:`ScreenshotBudget` instead, without a screenshot (True)."""
+        if self._paced(timeout_s):
+            return True
         settled, _ = wait_quiet(lambda: self.observe(width=width).image, timeout_s=timeout_s,
-                                poll_s=poll_s, quiet_s=quiet_s)
+                                poll_s=poll_s, quiet_s=quiet_s, clock=self.clock,
+                                sleep=self.sleep)
         return settled
 
     def settle_and_observe(self, *, timeout_s: float = 10.0, poll_s: float = 0.05,
                            quiet_s: float = 0.2, width: int = 320) -> Observation | None:
         """:meth:`settle`, and the full observation of the settled screen, taken during the
         quiet period (which is waited out anyway) instead of after it; None when the screen
-        did not settle."""
+        did not settle. Against a leaking guest: the fixed pause, then one observation."""
+        if self._paced(timeout_s):
+            return self.observe()
         _, shot = wait_quiet(lambda: self.observe(width=width).image, timeout_s=timeout_s,
-                             poll_s=poll_s, quiet_s=quiet_s, full=self.observe)
+                             poll_s=poll_s, quiet_s=quiet_s, full=self.observe, clock=self.clock,
+                             sleep=self.sleep)
         return shot
 
     def health(self) -> Health:

@@ -5,6 +5,13 @@ The kind is detected once (``/health`` answers only on the project's agent). Aga
 server, screenshots are serialised (two at once corrupt each other there) and actions go through
 ``/execute`` as ``python -c "import pyautogui; ..."`` exactly as their client sends them.
 Transport failures become :class:`DesktopBroken` with a typed reason.
+
+Every screenshot request is counted (``screenshots``, since the guest server's boot: the desktop
+calls :meth:`GuestClient.new_boot` when it restarts the guest). OSWorld's server leaks one X
+connection per screenshot and fails near 250 of them (a 500, then a crash); with a
+``screenshot_budget`` set, the client refuses the screenshot that would go past it with
+:class:`ScreenshotBudgetSpent` (a :class:`DesktopBroken`: the desktop is recycled) instead of
+sending it. The project's agent does not leak: no budget applies to it.
 """
 
 from __future__ import annotations
@@ -28,9 +35,27 @@ from coda.contracts.desktop import (
     ImageFormat,
     Observation,
 )
+from coda.logging import get_logger
 from worker.guest.capture import encode, is_blank, scale
 
 OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
+OSWORLD_PROBE_S = 1.0
+"""Readiness probes of OSWorld's server (each one a screenshot) are this far apart at least."""
+
+log = get_logger("worker.providers")
+
+
+class ScreenshotBudgetSpent(DesktopBroken):
+    """The screenshot budget of this boot of a leaking guest server is spent: the screenshot
+    was not sent, and the desktop must be recycled (restarted) before the next one. The typed
+    reason is ``x_crashed``: what the leak leads to is a display that refuses connections."""
+
+    def __init__(self, taken: int, budget: int) -> None:
+        super().__init__(BrokenReason.X_CRASHED,
+                         f"screenshot budget of this boot spent ({taken} of {budget}): the "
+                         "guest's server leaks an X connection per screenshot; recycle the desktop")
+        self.taken = taken
+        self.budget = budget
 
 
 class GuestError(RuntimeError):
@@ -52,6 +77,11 @@ class GuestClient:
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
         self._kind = kind
         self._shot_lock = threading.Lock()
+        self.screenshots = 0
+        """Screenshot requests sent since the guest server's boot (:meth:`new_boot`)."""
+        self.screenshot_budget: int | None = None
+        """The most screenshots one boot of a leaking guest (OSWorld's server) may be sent;
+        None: no limit. Never applied to the project's agent."""
 
     # transport ---------------------------------------------------------------------------
 
@@ -80,6 +110,16 @@ class GuestClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def new_boot(self) -> None:
+        """The guest server was restarted (VM reverted, container recreated): count anew."""
+        self.screenshots = 0
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether the next screenshot would go past the budget of a leaking guest."""
+        return (self.screenshot_budget is not None and self._kind is GuestKind.OSWORLD
+                and self.screenshots >= self.screenshot_budget)
 
     # discovery and health ----------------------------------------------------------------
 
@@ -116,12 +156,13 @@ class GuestClient:
         while True:
             left = deadline - time.monotonic()
             h = self.health(timeout=max(0.5, min(5.0, left)))
-            if h.ok or left <= 0:
+            if h.ok or left <= 0 or self.budget_spent:
                 return h
             down = gone() if gone is not None else None
             if down is not None:
                 return down
-            time.sleep(min(interval, max(left, 0)))
+            pause = max(interval, OSWORLD_PROBE_S) if self._kind is GuestKind.OSWORLD else interval
+            time.sleep(min(pause, max(left, 0)))
 
     # observation and actions -------------------------------------------------------------
 
@@ -130,9 +171,16 @@ class GuestClient:
         if self.kind is GuestKind.CODA:
             params = {k: v for k, v in {"format": fmt, "width": width,
                                         "height": height}.items() if v is not None}
+            self.screenshots += 1
             return self._ok(self.request("GET", "/screenshot", params=params,
                                          timeout=timeout)).content
         with self._shot_lock:  # OSWorld's server corrupts concurrent screenshots
+            if self.budget_spent:
+                assert self.screenshot_budget is not None
+                log.warning("desktop.screenshot_budget_spent", guest=self.base_url,
+                            screenshots=self.screenshots, budget=self.screenshot_budget)
+                raise ScreenshotBudgetSpent(self.screenshots, self.screenshot_budget)
+            self.screenshots += 1  # counted when sent: a failed one leaks all the same
             png = self._ok(self.request("GET", "/screenshot", timeout=timeout)).content
         if fmt == "png" and not width and not height:
             return png

@@ -48,6 +48,7 @@ class LocalSettings:
 
 class LocalDesktop(Desktop):
     provider_name = "local"
+    revert_restarts_guest = False  # reset closes the apps; the slot's agent keeps running
 
     def __init__(self, slot: int, settings: LocalSettings, root: Path) -> None:
         super().__init__(slot, ready_timeout_s=settings.ready_timeout_s)
