@@ -38,6 +38,7 @@ class BrokenReason(StrEnum):
     VM_OFF = "vm_off"  # the hypervisor reports the machine not running
     NO_GUEST_IP = "no_guest_ip"  # VMware Tools never reported an address
     START_FAILED = "start_failed"  # a process, VM or container could not be started
+    SCREENSHOT_BUDGET = "screenshot_budget"  # a leaking guest's screenshots of this boot spent
 
 
 class DesktopBroken(RuntimeError):

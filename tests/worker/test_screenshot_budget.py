@@ -194,7 +194,7 @@ def test_a_leaking_guest_is_stepped_within_its_budget_then_recycled(leaky: Leaky
 
     desktop.reset()  # the spent boot is recycled with a typed reason, the guest never crashed
     assert desktop.replacements == 1 and desktop.last_broken is not None
-    assert desktop.last_broken.reason is BrokenReason.X_CRASHED
+    assert desktop.last_broken.reason is BrokenReason.SCREENSHOT_BUDGET
     assert "screenshot budget" in desktop.last_broken.detail
     assert leaky.boots == 2 and leaky.failures == 0
     assert desktop.screenshots_this_boot == leaky.shots == 2
@@ -217,7 +217,7 @@ def test_the_budget_and_pause_come_from_the_settings(leaky: LeakyGuest) -> None:
         probes.append("again")
 
     h = desktop.guest.wait_ready(timeout=30, gone=gone)
-    assert not h.ok and h.reason is BrokenReason.X_CRASHED and not probes
+    assert not h.ok and h.reason is BrokenReason.SCREENSHOT_BUDGET and not probes
     assert leaky.shots == 10
     with pytest.raises(ValidationError):
         WorkerSettings(osworld_screenshot_budget=251)  # past their server's failure

@@ -47,11 +47,11 @@ log = get_logger("worker.providers")
 
 class ScreenshotBudgetSpent(DesktopBroken):
     """The screenshot budget of this boot of a leaking guest server is spent: the screenshot
-    was not sent, and the desktop must be recycled (restarted) before the next one. The typed
-    reason is ``x_crashed``: what the leak leads to is a display that refuses connections."""
+    was not sent, and the desktop must be recycled (restarted) before the next one (typed
+    reason ``screenshot_budget``)."""
 
     def __init__(self, taken: int, budget: int) -> None:
-        super().__init__(BrokenReason.X_CRASHED,
+        super().__init__(BrokenReason.SCREENSHOT_BUDGET,
                          f"screenshot budget of this boot spent ({taken} of {budget}): the "
                          "guest's server leaks an X connection per screenshot; recycle the desktop")
         self.taken = taken
