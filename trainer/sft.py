@@ -2,7 +2,7 @@
 
 A plain loop, not TRL's ``SFTTrainer``: the planner must see exactly the service's input —
 the CODA prompt from ``coda.prompts.planner``, images bounded by the service's ``max_pixels``
-and encoded by ``coda.inference.transformers_local.build_model_inputs`` — and the loss must
+and encoded by ``coda.inference.encoding.build_model_inputs`` — and the loss must
 cover only the planner's final turn. ``SFTTrainer`` renders conversations with its own
 vision collator, and restricting its loss to assistant tokens (``assistant_only_loss``) needs
 a chat template with ``{% generation %}`` markers, which Qwen2.5-VL's template does not have.
@@ -26,7 +26,7 @@ import torch
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from coda.inference.transformers_local import DEFAULT_MAX_PIXELS, build_model_inputs
+from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.logging import get_logger
 from trainer.config import TrainerConfig
 from trainer.data import EncodedGroup
