@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coda.embedded import to_plain_postgres_url
 from coda.procs import free_port, stop_process
+from coda.urls import to_plain_postgres_url
 from tests.fixtures.master import EXAMPLES, ROOT
 
 pytestmark = pytest.mark.slow

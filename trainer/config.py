@@ -7,9 +7,10 @@ LoRA on the language model's linear layers.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trainer.losses import Aggregation
@@ -32,9 +33,9 @@ class TrainerConfig(BaseSettings):
     master_url: str = Field(default="http://127.0.0.1:8000",
                             description="the master: groups are leased and acked there, "
                                         "versions and metrics registered there")
-    master_token: str | None = Field(default=None,
-                                     description="admin token of the master (leases groups, "
-                                                 "registers versions); CODA_ADMIN_TOKEN works too")
+    master_token: SecretStr | None = Field(
+        default=None, description="admin token of the master (leases groups, registers "
+                                  "versions); CODA_ADMIN_TOKEN works too")
     model: str = Field(default="Qwen/Qwen2.5-VL-32B-Instruct",
                        description="base planner: a local model directory (weights are never "
                                    "downloaded at run time)")
@@ -50,8 +51,8 @@ class TrainerConfig(BaseSettings):
     planner_urls: list[str] = Field(default_factory=list,
                                     description="planner services that load each new version, "
                                                 "one replica at a time (JSON list in the env)")
-    planner_token: str | None = Field(default=None,
-                                      description="bearer token of the planner services, if any")
+    planner_token: SecretStr | None = Field(
+        default=None, description="bearer token of the planner services, if any")
     run_name: str = Field(default="grpo", pattern=r"^[A-Za-z0-9._-]+$",
                           description="prefix of version names: <run_name>-<update>")
     initial_version: str = Field(default="base",
@@ -148,6 +149,16 @@ class TrainerConfig(BaseSettings):
         if self.groups_per_micro_step > self.groups_per_update:
             raise ValueError("groups_per_micro_step: must be <= groups_per_update")
         return self
+
+    def master_bearer(self) -> str | None:
+        """The token the trainer sends to the master: ``master_token``, else $CODA_ADMIN_TOKEN."""
+        if self.master_token is not None:
+            return self.master_token.get_secret_value()
+        return os.environ.get("CODA_ADMIN_TOKEN")
+
+    def planner_bearer(self) -> str | None:
+        """The token the trainer sends to the planner services (None: no token)."""
+        return self.planner_token.get_secret_value() if self.planner_token is not None else None
 
     def adapter_root(self) -> str:
         """Where versioned adapters are written."""

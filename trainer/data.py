@@ -3,7 +3,7 @@
 The prompt is laid out by :func:`coda.prompts.planner.build_planner_messages` (the builder the
 planner service uses) from the group's stored state, screenshots read from the artifact store
 as the service reads them (bytes -> data URL), and tokenized by
-:func:`coda.inference.transformers_local.build_model_inputs` (the service's encoding, images
+:func:`coda.inference.encoding.build_model_inputs` (the service's encoding, images
 bounded by the same ``max_pixels``). So the trainer scores exactly the tokens the service
 generated from. The plan tokens are the sampler's token ids when the candidate carries them,
 else the plan text re-tokenized plus the end-of-turn token the model stopped on.
@@ -20,8 +20,8 @@ import torch
 
 from coda.contracts.training import Candidate, Group, StateRef
 from coda.imagerefs import read_ref
+from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.inference.images import encode_data_url
-from coda.inference.transformers_local import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.prompts.planner import PastStep, build_planner_messages
 
 ScreenshotReader = Callable[[str], bytes]

@@ -17,7 +17,6 @@ i`` versions behind the policy the planners serve; more than ``max_staleness`` i
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -106,8 +105,7 @@ class Trainer:
     @property
     def master(self) -> MasterClient:
         if self._master is None:
-            token = self.cfg.master_token or os.environ.get("CODA_ADMIN_TOKEN")
-            self._master = MasterClient(self.cfg.master_url, token=token)
+            self._master = MasterClient(self.cfg.master_url, token=self.cfg.master_bearer())
         return self._master
 
     def _resume(self) -> None:
@@ -365,7 +363,7 @@ class Trainer:
                 await roll_out(self.cfg.planner_urls, version, self.cfg.planner_uri(uri, version),
                                keep=keep,
                                run_prefix=f"{self.cfg.run_name}-",
-                               token=self.cfg.planner_token)
+                               token=self.cfg.planner_bearer())
         if version not in self.state.versions:
             self.state.versions.append(version)
         self.state.published_update = self.state.update

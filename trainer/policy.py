@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from coda.inference.transformers_local import ensure_processor_workaround
+from coda.inference.encoding import ensure_processor_workaround
 from coda.logging import get_logger
 from trainer.config import Precision, TrainerConfig
 

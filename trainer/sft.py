@@ -2,7 +2,7 @@
 
 A plain loop, not TRL's ``SFTTrainer``: the planner must see exactly the service's input —
 the CODA prompt from ``coda.prompts.planner``, images bounded by the service's ``max_pixels``
-and encoded by ``coda.inference.transformers_local.build_model_inputs`` — and the loss must
+and encoded by ``coda.inference.encoding.build_model_inputs`` — and the loss must
 cover only the planner's final turn. ``SFTTrainer`` renders conversations with its own
 vision collator, and restricting its loss to assistant tokens (``assistant_only_loss``) needs
 a chat template with ``{% generation %}`` markers, which Qwen2.5-VL's template does not have.
@@ -26,7 +26,7 @@ import torch
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from coda.inference.transformers_local import DEFAULT_MAX_PIXELS, build_model_inputs
+from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.logging import get_logger
 from trainer.config import TrainerConfig
 from trainer.data import EncodedGroup
@@ -135,15 +135,13 @@ def train_sft(cfg: SFTConfig, rows: list[dict[str, Any]],
 async def publish_sft(cfg: SFTConfig, policy: Any, result: SFTResult) -> SFTResult:
     """Write the fine-tuned adapter, register it with the master as the current planner and
     load it into the configured planner services (as GRPO versions are)."""
-    import os
 
     from coda.clients.master import MasterClient
     from trainer.publish import register, roll_out, version_spec, write_model_dir
 
     version = f"{cfg.run_name}-{cfg.epochs:03d}"
     uri = write_model_dir(policy.model.save_pretrained, cfg.adapter_root(), version)
-    token = cfg.master_token or os.environ.get("CODA_ADMIN_TOKEN")
-    async with MasterClient(cfg.master_url, token=token) as master:
+    async with MasterClient(cfg.master_url, token=cfg.master_bearer()) as master:
         await register(master, version_spec(
             version, base_model=cfg.model if cfg.lora else uri,
             adapter_uri=uri if cfg.lora else None, parent=cfg.initial_version,
@@ -151,7 +149,7 @@ async def publish_sft(cfg: SFTConfig, policy: Any, result: SFTResult) -> SFTResu
                      "sft_steps": float(result.steps)}))
     if cfg.lora and cfg.planner_urls:
         await roll_out(cfg.planner_urls, version, cfg.planner_uri(uri, version), keep=[version],
-                       run_prefix=f"{cfg.run_name}-", token=cfg.planner_token)
+                       run_prefix=f"{cfg.run_name}-", token=cfg.planner_bearer())
     result.version, result.uri = version, uri
     log.info("sft.published", version=version, uri=uri)
     return result

@@ -32,7 +32,7 @@ from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
 from worker.history import storable
 from worker.providers.base import Provider
-from worker.settings import WorkerSettings
+from worker.settings import WorkerSettings, secret_value
 
 log = get_logger("worker.runner")
 
@@ -46,7 +46,7 @@ class Worker:
         self.settings = settings
         self.provider = provider
         s = settings
-        token = s.secret(s.service_token)
+        token = secret_value(s.service_token)
         self.master = MasterClient(s.master_url, token=s.token.get_secret_value(),
                                    timeout=s.master_timeout_s + s.lease_wait_s)
         self.planner = PlannerClient(s.planner_url, token=token, timeout=s.model_timeout_s)

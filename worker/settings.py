@@ -37,7 +37,7 @@ class WorkerSettings(BaseSettings):
         description="job kinds to lease: episode, judge, group (comma-separated)")
     provider: ProviderName = Field(default="local", description="where desktops come from")
     provider_options: dict[str, Any] = Field(
-        default_factory=dict, description="the provider's own options (JSON), e.g. "
+        default_factory=dict, repr=False, description="the provider's own options (JSON), e.g. "
         '{"template_vmx": "/vms/sb.vmx", "clones_dir": "/vms/clones"} for vmware')
     screen: tuple[int, int] = Field(default=(1280, 800), description="local desktops' size")
     slot_root: Path | None = Field(default=None,
@@ -98,5 +98,7 @@ class WorkerSettings(BaseSettings):
         return ScreenshotBudget(pause_s=self.osworld_settle_s,
                                 per_boot=self.osworld_screenshot_budget)
 
-    def secret(self, value: SecretStr | None) -> str | None:
-        return value.get_secret_value() if value is not None else None
+
+def secret_value(value: SecretStr | None) -> str | None:
+    """The secret itself, for the one place that sends it (a bearer header); None stays None."""
+    return value.get_secret_value() if value is not None else None

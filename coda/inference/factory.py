@@ -10,7 +10,8 @@ def make_backend(spec: BackendSpec) -> ChatBackend:
     """The backend of ``spec`` (blocking: a transformers backend loads its model; only that
     kind imports torch)."""
     if spec.backend == "transformers":
-        from coda.inference.transformers_local import DEFAULT_MAX_PIXELS, TransformersBackend
+        from coda.inference.encoding import DEFAULT_MAX_PIXELS
+        from coda.inference.transformers_local import TransformersBackend
 
         dtype = None if spec.dtype == "auto" and spec.device == "cpu" else spec.dtype
         return TransformersBackend(

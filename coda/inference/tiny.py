@@ -22,7 +22,7 @@ from transformers import (
     Qwen2VLImageProcessorPil,
 )
 
-from coda.inference.transformers_local import ensure_processor_workaround
+from coda.inference.encoding import ensure_processor_workaround
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import typer
+from pydantic import SecretStr
 from rich.console import Console
 from rich.progress import Progress
 
@@ -43,8 +44,9 @@ def generate_cmd(
     judge_url: str | None = typer.Option(None, "--judge-url",
                                          help="judge service: keep only clear, executable, "
                                               "judgeable instructions"),
-    judge_token: str | None = typer.Option(None, "--judge-token", envvar="CODA_JUDGE_TOKEN",
-                                           help="an inference token of the judge service"),
+    judge_token: SecretStr | None = typer.Option(
+        None, "--judge-token", envvar="CODA_JUDGE_TOKEN", parser=SecretStr, metavar="TOKEN",
+        help="an inference token of the judge service"),
     threshold: float = typer.Option(0.85, help="word similarity from which a task is a duplicate"),
     max_tokens: int = typer.Option(2048, help="LLM reply budget"),
     rounds: int = typer.Option(3, help="LLM calls at most"),
@@ -73,7 +75,8 @@ def generate_cmd(
         from coda.inference.openai_compat import OpenAICompatBackend
 
         backend = OpenAICompatBackend(base_url=llm_url, model=llm_model)
-        judge = JudgeClient(judge_url, token=judge_token) if judge_url else None
+        token = judge_token.get_secret_value() if judge_token is not None else None
+        judge = JudgeClient(judge_url, token=token) if judge_url else None
         shot_ref = (ImageRef(b64=base64.b64encode(shot_bytes).decode("ascii"))
                     if shot_bytes is not None else None)
 

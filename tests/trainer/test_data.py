@@ -13,7 +13,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from coda.artifacts import ArtifactStore
 from coda.contracts.services_api import HistoryStep, ImageRef, PlanRequest
 from coda.contracts.training import Candidate, Group, StateRef
-from coda.inference.transformers_local import build_model_inputs, ensure_processor_workaround
+from coda.inference.encoding import build_model_inputs, ensure_processor_workaround
 from planner_service.app import PlannerState, build_messages
 from planner_service.settings import PlannerSettings
 from tests.trainer.conftest import CLICK, INSTRUCTION, png

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from coda.clients.planner import PlannerClient
-from coda.inference.transformers_local import ensure_processor_workaround
+from coda.inference.encoding import ensure_processor_workaround
 from tests.fixtures.services import TOKENS
 from tests.trainer.conftest import MAX_PIXELS, make_state, sample_group, store_screens
 from trainer.data import GroupDataError, PromptOptions, artifact_reader, encode_group

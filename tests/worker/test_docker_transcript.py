@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import docker
+from pydantic import SecretStr
 
 from coda.contracts.desktop import BrokenReason
 from worker.providers.docker import DockerDesktop, DockerProvider, DockerSettings, kvm_available
@@ -42,7 +43,7 @@ def test_docker_lifecycle_matches_the_transcript(tmp_path: Path, desktop: LocalD
                                         "QCOW2": str(qcow2.resolve())}).start()
     try:
         provider = DockerProvider(DockerSettings(
-            qcow2=qcow2, guest_token=desktop.token, ready_timeout_s=30,
+            qcow2=qcow2, guest_token=SecretStr(desktop.token), ready_timeout_s=30,
             client=lambda: docker.DockerClient(base_url=engine.url)))
         d = provider.desktop(0)
         assert isinstance(d, DockerDesktop)

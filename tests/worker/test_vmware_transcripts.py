@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from pydantic import SecretStr
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken
 from worker.providers.local import LocalDesktop
@@ -43,7 +44,7 @@ def vmware(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     port = urlsplit(desktop.guest.base_url).port
     assert port is not None
     settings = VmwareSettings(template_vmx=template, clones_dir=clones, vmrun=str(FAKE_VMRUN),
-                              host_type="ws", guest_port=port, guest_token=desktop.token,
+                              host_type="ws", guest_port=port, guest_token=SecretStr(desktop.token),
                               ip_timeout_s=10, ready_timeout_s=30)
 
     class Harness:

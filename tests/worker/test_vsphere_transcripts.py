@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from pydantic import SecretStr
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken
 from worker.providers.local import LocalDesktop
@@ -27,8 +28,8 @@ def _provider(name: str, desktop: LocalDesktop, vm: str = "coda-slot-0",
     assert desktop.guest is not None
     port = urlsplit(desktop.guest.base_url).port
     assert port is not None
-    settings = VsphereSettings(host="vcenter.example", user="coda", password="secret",
-                               vm_names=[vm], guest_port=port, guest_token=desktop.token,
+    settings = VsphereSettings(host="vcenter.example", user="coda", password=SecretStr("secret"),
+                               vm_names=[vm], guest_port=port, guest_token=SecretStr(desktop.token),
                                ready_timeout_s=30, connect=lambda _: si, **kwargs)
     return VsphereProvider(settings), si
 

@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
+from worker.settings import secret_value
 
 GUEST_PORTS = {"server": 5000, "vnc": 8006, "chrome": 9222, "vlc": 8080, "apps": 8000}
 
@@ -47,7 +50,7 @@ class DockerSettings:
     disk: str = "32G"
     bind_host: str = "127.0.0.1"
     name_prefix: str = "coda-desktop"
-    guest_token: str | None = None
+    guest_token: SecretStr | None = None
     ready_timeout_s: float = 300.0
     client: Callable[[], Any] = field(default=_from_env)  # a docker.DockerClient factory
 
@@ -97,7 +100,8 @@ class DockerDesktop(Desktop):
         host = self.s.bind_host
         self.layout = GuestLayout(portlike=GUEST_PORTS["apps"],
                                   app_url=f"http://{host}:{self.ports['apps']}")
-        return GuestClient(f"http://{host}:{self.ports['server']}", token=self.s.guest_token)
+        return GuestClient(f"http://{host}:{self.ports['server']}",
+                           token=secret_value(self.s.guest_token))
 
     def _revert(self) -> GuestClient | None:
         self._stop()

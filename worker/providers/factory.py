@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from worker.providers.base import Provider
 
 
@@ -23,7 +25,11 @@ def _settings(cls: type[Any], options: dict[str, Any], provider: str) -> Any:
     values = {}
     for name, value in options.items():
         kind = str(known[name].type)
-        values[name] = Path(value) if "Path" in kind and isinstance(value, str) else value
+        if isinstance(value, str) and "Path" in kind:
+            value = Path(value)
+        elif isinstance(value, str) and "SecretStr" in kind:
+            value = SecretStr(value)  # a guest token or password: kept out of reprs and logs
+        values[name] = value
     try:
         return cls(**values)
     except TypeError as exc:  # a required option is missing

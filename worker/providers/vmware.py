@@ -22,9 +22,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
+from worker.settings import secret_value
 
 CLEAN_SNAPSHOT = "coda-clean"
 
@@ -37,7 +40,7 @@ class VmwareSettings:
     vmrun: str = "vmrun"
     host_type: str = "fusion" if platform.system() == "Darwin" else "ws"
     guest_port: int = 5000
-    guest_token: str | None = None  # None for OSWorld's / ScienceBoard's server
+    guest_token: SecretStr | None = None  # None for OSWorld's / ScienceBoard's server
     portlike: int = 8000
     command_timeout_s: float = 300.0
     ip_timeout_s: float = 300.0
@@ -116,7 +119,8 @@ class VmwareDesktop(Desktop):
         self.ip = ip
         self.layout = GuestLayout(portlike=self.s.portlike,
                                   app_url=f"http://{ip}:{self.s.portlike}")
-        return GuestClient(f"http://{ip}:{self.s.guest_port}", token=self.s.guest_token)
+        return GuestClient(f"http://{ip}:{self.s.guest_port}",
+                           token=secret_value(self.s.guest_token))
 
     def _start(self) -> GuestClient:
         try:

@@ -17,9 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import SecretStr
+
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
+from worker.settings import secret_value
 
 POLL_S = 0.25  # task state / guest address polling interval
 
@@ -28,13 +31,13 @@ POLL_S = 0.25  # task state / guest address polling interval
 class VsphereSettings:
     host: str
     user: str
-    password: str
+    password: SecretStr
     vm_names: list[str]  # one per slot: an inventory path ("dc/vm/folder/name") or a VM name
     snapshot: str = "sci_bench"
     port: int = 443
     insecure: bool = False  # accept a self-signed certificate
     guest_port: int = 5000
-    guest_token: str | None = None
+    guest_token: SecretStr | None = None
     portlike: int = 8000
     task_timeout_s: float = 600.0
     ip_timeout_s: float = 300.0
@@ -46,8 +49,8 @@ def smart_connect(s: VsphereSettings) -> Any:
     """A pyvmomi ServiceInstance (``SmartConnect``; ``disableSslCertValidation`` if insecure)."""
     from pyVim.connect import SmartConnect
 
-    return SmartConnect(host=s.host, user=s.user, pwd=s.password, port=s.port,
-                        disableSslCertValidation=s.insecure)
+    return SmartConnect(host=s.host, user=s.user, pwd=s.password.get_secret_value(),
+                        port=s.port, disableSslCertValidation=s.insecure)
 
 
 def wait_task(task: Any, timeout: float, what: str) -> Any:
@@ -113,7 +116,8 @@ class VsphereDesktop(Desktop):
         self.layout = GuestLayout(portlike=self.s.portlike,
                                   app_url=f"http://{ip}:{self.s.portlike}")
         log.info("vsphere.ready", slot=self.slot, vm=self.vm_name, ip=ip)
-        return GuestClient(f"http://{ip}:{self.s.guest_port}", token=self.s.guest_token)
+        return GuestClient(f"http://{ip}:{self.s.guest_port}",
+                           token=secret_value(self.s.guest_token))
 
     def _guest_ip(self, vm: Any) -> str:
         deadline = time.monotonic() + self.s.ip_timeout_s

@@ -10,7 +10,7 @@ What `transformers serve` lacks compared with vLLM, and how the backend copes:
   and a server pinned to one model refuses any other ``model`` (400).
 * ``/v1/models`` lists the HF cache, not the pinned model (an empty list here).
 * It cannot start without torchvision unless the processor work-around of
-  ``coda.inference.transformers_local`` is applied first (the fixture launches the CLI so).
+  ``coda.inference.encoding`` is applied first (the fixture launches the CLI so).
 
 Retries and the vLLM LoRA routes are exercised against a small ASGI app (vLLM needs a GPU).
 """

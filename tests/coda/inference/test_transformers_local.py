@@ -19,17 +19,15 @@ from coda.inference.base import (
     GenerateOptions,
     PromptTooLong,
 )
-from coda.inference.images import image_part
-from coda.inference.transformers_local import (
-    TransformersBackend,
-    apply_stop,
+from coda.inference.encoding import (
     build_model_inputs,
-    completion_length,
     encode_prompts,
     ensure_processor_workaround,
     prepare_prompts,
     to_processor_messages,
 )
+from coda.inference.images import image_part
+from coda.inference.transformers_local import TransformersBackend, apply_stop, completion_length
 
 PREFILL = "Thought: click the File menu\nAction: "
 

