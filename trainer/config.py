@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coda.contracts.services_api import BASE_VERSION
 from trainer.losses import Aggregation
 
 
@@ -55,7 +56,7 @@ class TrainerConfig(BaseSettings):
         default=None, description="bearer token of the planner services, if any")
     run_name: str = Field(default="grpo", pattern=r"^[A-Za-z0-9._-]+$",
                           description="prefix of version names: <run_name>-<update>")
-    initial_version: str = Field(default="base",
+    initial_version: str = Field(default=BASE_VERSION,
                                  description="version name of the policy the run starts from "
                                              "(what the planner tags plans of the base model with)")
 

@@ -27,12 +27,9 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.inference.base import ChatMessage, Completion, GenerateOptions
+from coda.inference.encoding import render_prompt, to_processor_messages
 from coda.inference.factory import make_backend
-from coda.inference.transformers_local import (
-    TransformersBackend,
-    render_prompt,
-    to_processor_messages,
-)
+from coda.inference.transformers_local import TransformersBackend
 from coda.procs import free_port
 from executor_service.app import create_app
 from executor_service.logic import generate_each
