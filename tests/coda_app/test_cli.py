@@ -20,7 +20,7 @@ from coda.procs import free_port
 from tests.fixtures.infra import embedded_data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-CODA = [sys.executable, "-m", "coda.cli"]
+CODA = [sys.executable, "-m", "coda_app.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

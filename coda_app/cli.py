@@ -28,7 +28,7 @@ T = TypeVar("T")
 app = typer.Typer(help="CODA: run, judge and train computer-use agents for scientific software.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True)
-log = get_logger("coda.cli")
+log = get_logger("coda_app.cli")
 
 class LogFormat(StrEnum):
     AUTO = "auto"
@@ -227,7 +227,7 @@ def up(
         url = f"http://{host}:{port}"
         stack = None
         if not master_only:
-            from coda.stack import Stack, StackConfig
+            from coda_app.stack import Stack, StackConfig
 
             stack = Stack(StackConfig(
                 home=home, master_url=url, admin_token=tokens["admin_token"],
@@ -295,7 +295,7 @@ async def _watch(url: str, token: str, stack: object, show: bool) -> None:
     from coda.clients.base import ServiceError
     from coda.clients.master import MasterClient
     from coda.contracts.training import ModelRole
-    from coda.liveview import one_line, render
+    from coda_app.liveview import one_line, render
 
     async with MasterClient(url, token=token) as client:
         async def snapshot() -> tuple[object, str | None]:
@@ -335,11 +335,11 @@ async def _submit_demo(url: str, token: str, rollouts: int, kind: str) -> None:
             console.print("demo batch already submitted (kept from the last start)")
             return
         if kind == "replay":
-            from coda.stack import REPLAY_TASK
+            from coda_app.stack import REPLAY_TASK
 
             tasks = load_tasks(REPLAY_TASK)
         elif kind == "tiny":
-            from coda.stack import TINY_DEMO_TASKS
+            from coda_app.stack import TINY_DEMO_TASKS
 
             tasks = [t for path in TINY_DEMO_TASKS for t in load_tasks(path)]
         else:
@@ -367,7 +367,7 @@ def evaluate(
     """k rollouts per task through the running system, then the paper's Table 1 (Average@k,
     Pass@k per app and overall): printed, and written as CSV and JSON."""
     from coda.contracts.records import JudgeMode
-    from coda.evaluate import EvalTimeout, rich_table, run_eval, write_table
+    from coda_app.evaluate import EvalTimeout, rich_table, run_eval, write_table
 
     tasks = _task_files(path)
     try:
