@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -51,7 +52,8 @@ DEMO_TASKS = Path(__file__).resolve().parent.parent / "examples" / "scienceboard
 
 
 def _register_service_clis() -> None:
-    """Model services and tools bring their own Typer apps; load those installed."""
+    """Model services and tools bring their own Typer apps; load those installed (an image
+    holds only its roles' packages: the others are commands that say they are not installed)."""
     for name, module, help_text in (
         ("planner", "planner_service.cli", "The planner service (next-step thoughts)."),
         ("executor", "executor_service.cli", "The executor service (thought -> action)."),
@@ -61,23 +63,38 @@ def _register_service_clis() -> None:
         ("trainer", "trainer.cli", "Decoupled GRPO on the planner (stage 1)."),
         ("dataset", "trainer.dataset_cli", "Stage-2 datasets of judged trajectories."),
         ("train", "trainer.train_cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
+        ("guest", "worker.guest.cli",
+         "The guest agent that runs on each desktop (OSWorld-compatible)."),
     ):
-        try:
-            sub = __import__(module, fromlist=["app"]).app
-        except ImportError as exc:  # an extra not installed: say so when used
-            from coda.modelservice.imports import missing_package
+        package = module.split(".", 1)[0]
+        if importlib.util.find_spec(package) is None:  # an image without this role
+            missing = f"the {package} package is not installed"
+        else:
+            try:
+                sub = __import__(module, fromlist=["app"]).app
+            except ImportError as exc:  # an extra not installed: say so when used
+                from coda.modelservice.imports import missing_package
 
-            if missing_package(exc) is None:
-                raise  # a real import error inside CODA: reported as it is
-            missing = str(exc)
+                if missing_package(exc) is None:
+                    raise  # a real import error inside CODA: reported as it is
+                missing = str(exc)
+            else:
+                app.add_typer(sub, name=name, help=help_text)
+                continue
+        app.add_typer(_unavailable(name, missing), name=name,
+                      help=f"{help_text} (not installed)")
 
-            def _missing(name: str = name, missing: str = missing) -> None:
-                console.print(f"[red]coda {name} is not available:[/] {missing}")
-                raise typer.Exit(2)
 
-            sub = typer.Typer(help=f"{help_text} (not installed)")
-            sub.callback(invoke_without_command=True)(_missing)
-        app.add_typer(sub, name=name, help=help_text)
+def _unavailable(name: str, missing: str) -> typer.Typer:
+    """A command that says why it is not available here (exit 2)."""
+
+    def _missing() -> None:
+        console.print(f"[red]coda {name} is not available:[/] {missing}")
+        raise typer.Exit(2)
+
+    sub = typer.Typer()
+    sub.callback(invoke_without_command=True)(_missing)
+    return sub
 
 
 def _secrets(home: Path) -> dict[str, str]:
@@ -451,7 +468,6 @@ def status(
 
 
 _register_service_clis()
-app.add_typer(__import__("worker.guest.cli", fromlist=["app"]).app, name="guest")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

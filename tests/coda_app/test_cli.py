@@ -57,6 +57,30 @@ def test_submit_reports_bad_files_and_refusals(master, tmp_path):
     assert out.returncode == 1 and "cannot reach" in out.stderr
 
 
+_MASTER_IMAGE = """
+import sys
+# the master's image (deploy/docker/Dockerfile.master) holds coda, coda_app and master only
+sys.modules.update(dict.fromkeys(("worker", "planner_service", "executor_service",
+                                  "judge_service", "trainer"), None))
+from coda_app.cli import app
+app(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["master", "--help"], 0, "Serve the master"),
+    (["--help"], 0, "(not installed)"),
+    (["planner"], 2, "coda planner is not available: the planner_service package is not"),
+    (["guest"], 2, "coda guest is not available: the worker package is not"),
+])
+def test_an_image_with_some_roles_runs_their_commands(args: list[str], code: int,
+                                                      says: str) -> None:
+    out = subprocess.run([sys.executable, "-c", _MASTER_IMAGE, *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == code, out.stderr[-2000:]
+    assert says in " ".join((out.stdout + out.stderr).split())
+
+
 def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
     out = run("master", "--port", str(free_port()),
               env={"CODA_DATABASE_URL": fresh_database_url, "CODA_REDIS_URL": fresh_redis_url,
