@@ -39,8 +39,8 @@ import httpx
 
 from benchmarks.master_load import Master, local_master
 from coda.logging import configure_logging, get_logger
-from coda.modelservice.process import ServiceProcess, running_services
-from coda.procs import stop_process
+from coda.procs import start_process, stop_process
+from coda_app.services import ServiceProcess, running_services
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAYS = ROOT / "examples" / "replays"
@@ -70,15 +70,13 @@ def replay_services(artifacts: Path, work: Path, token: str) -> Iterator[tuple[s
 @contextmanager
 def worker_process(master: Master, planner: str, executor: str, token: str, slots: int,
                    log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    env = {**os.environ, "CODA_WORKER_MASTER_URL": master.url,
+    env = {"CODA_WORKER_MASTER_URL": master.url,
            "CODA_WORKER_TOKEN": master.worker_token, "CODA_WORKER_PLANNER_URL": planner,
            "CODA_WORKER_EXECUTOR_URL": executor, "CODA_WORKER_SERVICE_TOKEN": token,
            "CODA_WORKER_SLOTS": str(slots), "CODA_WORKER_JOB_SLOTS": "0",
            "CODA_WORKER_KINDS": "episode", "CODA_WORKER_LEASE_WAIT_S": "1",
            "CODA_WORKER_LOG_LEVEL": "WARNING", "CODA_LOG_FORMAT": "json"}
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "worker.cli"], cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+    proc = start_process([sys.executable, "-m", "worker.cli"], env=env, log=log_path, cwd=ROOT)
     try:
         yield proc
     finally:

@@ -38,7 +38,7 @@ import httpx
 import psutil
 
 from coda.logging import configure_logging, get_logger
-from coda.procs import free_port, stop_process
+from coda.procs import free_port, start_ready, stop_process
 
 log = get_logger("coda.bench.master_load")
 ROOT = Path(__file__).resolve().parents[1]
@@ -445,7 +445,7 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
             master = Master(url=f"http://127.0.0.1:{port}",
                             admin_token="admin-" + secrets.token_hex(16),
                             worker_token="worker-" + secrets.token_hex(16))
-            env = {**os.environ, "CODA_DATABASE_URL": database_url,
+            env = {"CODA_DATABASE_URL": database_url,
                    "CODA_REDIS_URL": urls.redis_url, "CODA_REDIS_PREFIX": prefix,
                    "CODA_ADMIN_TOKEN": master.admin_token,
                    "CODA_WORKER_TOKENS": master.worker_token,
@@ -456,29 +456,13 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
                    "--log-level", "warning", "--no-access-log", "--backlog", "4096",
                    "--timeout-keep-alive", "30"]
             log_path = args.master_log or work / "master.log"
-            with open(log_path, "ab") as log_file:
-                master.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file,
-                                               stderr=subprocess.STDOUT)
+            master.proc = start_ready(cmd, f"{master.url}/readyz", name="master", env=env,
+                                      log=log_path, cwd=ROOT, timeout=90.0)
             try:
-                _wait_ready(master, log_path)
                 yield master
             finally:
                 stop_process(master.proc, timeout=30)
                 _delete_prefix(urls.redis_url, prefix)
-
-
-def _wait_ready(master: Master, log_path: Path, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    assert master.proc is not None
-    while time.monotonic() < deadline:
-        if master.proc.poll() is not None:
-            raise RuntimeError(f"master exited ({master.proc.returncode}): "
-                               f"{log_path.read_text()[-2000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{master.url}/readyz", timeout=2).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"master not ready after {timeout:.0f} s")
 
 
 def submit_episodes(master: Master, n: int, per_batch: int = 2000) -> list[str]:

@@ -51,7 +51,7 @@ from coda.contracts.services_api import (
     Sampling,
 )
 from coda.logging import configure_logging, get_logger
-from coda.modelservice.process import ServiceProcess
+from coda_app.services import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "sampling.json"

@@ -1,10 +1,20 @@
-"""Small helpers for the processes CODA starts: free ports and clean stops."""
+"""The processes CODA starts: free ports, one way to start a process and wait until it is
+ready, and clean stops."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+Probe = str | Callable[[], bool]
+"""Readiness: an HTTP URL that answers 2xx, or a callable that returns True once ready."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -12,6 +22,71 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def start_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None,
+                  log: Path | None = None, cwd: Path | str | None = None,
+                  ) -> subprocess.Popen[bytes]:
+    """``cmd`` with ``env`` on top of this process's environment, its stdout and stderr
+    appended to ``log`` (discarded when None)."""
+    full_env = {**os.environ, **(env or {})}
+    if log is None:
+        return subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def log_tail(log: Path | None, chars: int = 3000) -> str:
+    """The end of a process's log ("" when there is none)."""
+    if log is None or not log.exists():
+        return ""
+    return log.read_text(errors="replace")[-chars:]
+
+
+def _ready(probe: Probe) -> bool:
+    try:
+        if isinstance(probe, str):
+            return httpx.get(probe, timeout=2).is_success
+        return bool(probe())
+    except (httpx.HTTPError, OSError):
+        return False
+
+
+def wait_ready(proc: subprocess.Popen[bytes], probe: Probe, *, name: str,
+               timeout: float = 60.0, log: Path | None = None, interval: float = 0.2) -> None:
+    """Poll ``probe`` until it says ready. Raises RuntimeError with the log's tail as soon as
+    the process exits, TimeoutError (naming the probe and the log) after ``timeout`` s; the
+    process is left running either way (the caller stops it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} while starting; "
+                               f"log tail:\n{log_tail(log)}")
+        if _ready(probe):
+            return
+        if time.monotonic() >= deadline:
+            what = probe if isinstance(probe, str) else getattr(probe, "__name__", "probe")
+            raise TimeoutError(f"{name} not ready after {timeout:.0f}s (waiting for {what}); "
+                               f"log: {log}\n{log_tail(log)}")
+        time.sleep(interval)
+
+
+def start_ready(cmd: Sequence[str], probe: Probe, *, name: str,
+                env: Mapping[str, str] | None = None, log: Path | None = None,
+                cwd: Path | str | None = None, timeout: float = 60.0, interval: float = 0.2,
+                ) -> subprocess.Popen[bytes]:
+    """:func:`start_process`, then :func:`wait_ready`; a process that does not become ready
+    is stopped before the error is raised."""
+    proc = start_process(cmd, env=env, log=log, cwd=cwd)
+    try:
+        wait_ready(proc, probe, name=name, timeout=timeout, log=log, interval=interval)
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
 
 
 def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], *,

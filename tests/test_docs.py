@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coda.configdoc import render
+from coda_app.configdoc import render
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_configuration_reference_is_current() -> None:
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == render(), (
-        "docs/configuration.md is stale: python -m coda.configdoc > docs/configuration.md")
+        "docs/configuration.md is stale: python -m coda_app.configdoc > docs/configuration.md")
 
 
 def test_docs_name_existing_files() -> None:

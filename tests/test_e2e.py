@@ -70,7 +70,7 @@ def coda_up(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
            "CODA_LOG_FORMAT": "json"}
     out = (logs / "up.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coda.cli", "up", "--home", str(home), "--port", str(port),
+        [sys.executable, "-m", "coda_app.cli", "up", "--home", str(home), "--port", str(port),
          "--models", "replay", "--train", "--no-demo", "--no-live", "--slots", "2"],
         cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

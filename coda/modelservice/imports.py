@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 
-OWN_PACKAGES = frozenset({"coda", "master", "worker", "planner_service", "executor_service",
-                          "judge_service", "trainer", "benchmarks", "tests"})
+OWN_PACKAGES = frozenset({"coda", "coda_app", "master", "worker", "planner_service",
+                          "executor_service", "judge_service", "trainer", "benchmarks", "tests"})
 
 
 def missing_package(exc: ImportError) -> str | None:

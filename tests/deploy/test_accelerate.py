@@ -35,5 +35,5 @@ def test_accelerate_loads_the_configuration(path: Path) -> None:
 def test_the_readme_launches_the_real_commands() -> None:
     text = (ROOT / "deploy" / "accelerate" / "README.md").read_text()
     for name in ("fsdp.yaml", "zero3.yaml"):
-        assert f"accelerate launch --config_file deploy/accelerate/{name} -m coda.cli trainer" \
+        assert f"accelerate launch --config_file deploy/accelerate/{name} -m coda_app.cli trainer" \
             in text

@@ -171,7 +171,7 @@ def test_compose_env_validates_with_the_example_values(name: str, clean_env: pyt
 
 
 def test_compose_commands_are_coda_commands() -> None:
-    from coda.cli import app
+    from coda_app.cli import app
 
     known = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     pending: set[str] = set()

@@ -22,7 +22,7 @@ from coda.artifacts import ArtifactStore
 from coda.clients.planner import PlannerClient
 from coda.contracts.services_api import ImageRef, PlanRequest, Sampling
 from coda.contracts.training import Candidate, Group, StateRef
-from coda.modelservice.process import ServiceProcess
+from coda_app.services import ServiceProcess
 from tests.fixtures.services import TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -85,7 +85,7 @@ def test_coda_trainer_under_torchrun_with_two_processes(  # type: ignore[no-unty
            "CODA_TRAINER_LOG_LEVEL": "WARNING"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "coda.cli", "trainer", "--max-updates", "2"], cwd=ROOT,
+         "-m", "coda_app.cli", "trainer", "--max-updates", "2"], cwd=ROOT,
         env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert counts(master) == {"consumed": 6}

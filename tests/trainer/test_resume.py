@@ -63,7 +63,7 @@ def trainer_env(master, model: Path, artifacts: Path, ckpt_dir: Path) -> dict[st
 
 def start_trainer(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "coda.cli", "trainer", *args], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "coda_app.cli", "trainer", *args], cwd=ROOT,
                                 env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
 
 

@@ -94,7 +94,7 @@ def test_dataset_export_then_sft_lowers_the_loss_and_publishes(  # type: ignore[
     env = {**os.environ, "CODA_ADMIN_TOKEN": master.admin_token, "CODA_LOG_LEVEL": "WARNING"}
     out = tmp_path / "sft-data"
     export = subprocess.run(
-        [sys.executable, "-m", "coda.cli", "dataset", "export", str(out), "--master-url",
+        [sys.executable, "-m", "coda_app.cli", "dataset", "export", str(out), "--master-url",
          master.url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
         check=False)
     assert export.returncode == 0, export.stderr[-3000:]
@@ -105,7 +105,7 @@ def test_dataset_export_then_sft_lowers_the_loss_and_publishes(  # type: ignore[
                "CODA_SFT_LORA_TARGETS": LORA_TARGETS, "CODA_SFT_ROWS_PER_STEP": "2",
                "CODA_SFT_LOG_LEVEL": "WARNING"}
     train = subprocess.run(
-        [sys.executable, "-m", "coda.cli", "train", "sft", str(out), "--model",
+        [sys.executable, "-m", "coda_app.cli", "train", "sft", str(out), "--model",
          str(tiny_model_dir), "--epochs", "3", "--learning-rate", "5e-3", "--master-url",
          master.url], cwd=ROOT, env=sft_env, capture_output=True, text=True, timeout=600,
         check=False)

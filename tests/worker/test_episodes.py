@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from coda.modelservice.process import ServiceProcess, running_services
+from coda_app.services import ServiceProcess, running_services
 from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
 from tests.fixtures.services import (
     RunningService,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from coda.cli import app
+from coda_app.cli import app
 from worker.guest.settings import MIN_TOKEN_LENGTH
 
 ROOT = Path(__file__).resolve().parents[2]

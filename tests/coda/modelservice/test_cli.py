@@ -63,7 +63,7 @@ def test_service_refuses_default_tokens_outside_dev_mode(role: str) -> None:
     env.update({f"{prefix}BACKEND": "openai", f"{prefix}BASE_URL": "http://127.0.0.1:9/v1",
                 "CODA_JUDGE_MODELS": '[{"name": "j", "backend": "openai", '
                                      '"base_url": "http://127.0.0.1:9/v1", "model": "m"}]'})
-    out = subprocess.run([sys.executable, "-m", "coda.cli", role, "--port", "9"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "coda_app.cli", role, "--port", "9"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "refusing to start" in out.stderr and f"{prefix}ADMIN_TOKEN" in out.stderr
@@ -76,7 +76,7 @@ class Broken(importlib.abc.MetaPathFinder):
         if name == "planner_service.cli":
             raise {exc}
 sys.meta_path.insert(0, Broken())
-from coda.cli import app
+from coda_app.cli import app
 app(["planner", "--help"])
 """
 

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from coda.modelservice.process import ServiceProcess
+from coda_app.services import ServiceProcess
 from tests.fixtures.services import TOKENS, RunningService, Store, image_b64, planner_settings
 
 

@@ -20,7 +20,7 @@ from coda.procs import free_port
 from tests.fixtures.infra import embedded_data_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-CODA = [sys.executable, "-m", "coda.cli"]
+CODA = [sys.executable, "-m", "coda_app.cli"]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -55,6 +55,30 @@ def test_submit_reports_bad_files_and_refusals(master, tmp_path):
     assert out.returncode == 1 and "401" in out.stderr
     out = run("submit", str(good), "--url", f"http://127.0.0.1:{free_port()}", "--token", "x")
     assert out.returncode == 1 and "cannot reach" in out.stderr
+
+
+_MASTER_IMAGE = """
+import sys
+# the master's image (deploy/docker/Dockerfile.master) holds coda, coda_app and master only
+sys.modules.update(dict.fromkeys(("worker", "planner_service", "executor_service",
+                                  "judge_service", "trainer"), None))
+from coda_app.cli import app
+app(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["master", "--help"], 0, "Serve the master"),
+    (["--help"], 0, "(not installed)"),
+    (["planner"], 2, "coda planner is not available: the planner_service package is not"),
+    (["guest"], 2, "coda guest is not available: the worker package is not"),
+])
+def test_an_image_with_some_roles_runs_their_commands(args: list[str], code: int,
+                                                      says: str) -> None:
+    out = subprocess.run([sys.executable, "-c", _MASTER_IMAGE, *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == code, out.stderr[-2000:]
+    assert says in " ".join((out.stdout + out.stderr).split())
 
 
 def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):

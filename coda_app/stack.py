@@ -13,7 +13,6 @@ runs real models.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +21,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from coda.logging import get_logger
-from coda.modelservice.process import ServiceProcess
-from coda.procs import stop_process
+from coda.procs import start_process, stop_process
+from coda_app.services import ServiceProcess
 
-log = get_logger("coda.stack")
+log = get_logger("coda_app.stack")
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAYS = ROOT / "examples" / "replays"
@@ -184,11 +183,9 @@ class Stack:
                                        self._trainer_env())
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with (self.cfg.logs / f"{name}.log").open("ab") as out:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=out,
-                                    stderr=subprocess.STDOUT)
-        log.info("stack.started", name=name, pid=proc.pid,
-                 log=str(self.cfg.logs / f"{name}.log"))
+        path = self.cfg.logs / f"{name}.log"
+        proc = start_process(cmd, env=env, log=path, cwd=ROOT)
+        log.info("stack.started", name=name, pid=proc.pid, log=str(path))
         return proc
 
     def url(self, role: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import secrets
@@ -28,7 +29,7 @@ T = TypeVar("T")
 app = typer.Typer(help="CODA: run, judge and train computer-use agents for scientific software.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True)
-log = get_logger("coda.cli")
+log = get_logger("coda_app.cli")
 
 class LogFormat(StrEnum):
     AUTO = "auto"
@@ -51,7 +52,8 @@ DEMO_TASKS = Path(__file__).resolve().parent.parent / "examples" / "scienceboard
 
 
 def _register_service_clis() -> None:
-    """Model services and tools bring their own Typer apps; load those installed."""
+    """Model services and tools bring their own Typer apps; load those installed (an image
+    holds only its roles' packages: the others are commands that say they are not installed)."""
     for name, module, help_text in (
         ("planner", "planner_service.cli", "The planner service (next-step thoughts)."),
         ("executor", "executor_service.cli", "The executor service (thought -> action)."),
@@ -61,23 +63,38 @@ def _register_service_clis() -> None:
         ("trainer", "trainer.cli", "Decoupled GRPO on the planner (stage 1)."),
         ("dataset", "trainer.dataset_cli", "Stage-2 datasets of judged trajectories."),
         ("train", "trainer.train_cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
+        ("guest", "worker.guest.cli",
+         "The guest agent that runs on each desktop (OSWorld-compatible)."),
     ):
-        try:
-            sub = __import__(module, fromlist=["app"]).app
-        except ImportError as exc:  # an extra not installed: say so when used
-            from coda.modelservice.imports import missing_package
+        package = module.split(".", 1)[0]
+        if importlib.util.find_spec(package) is None:  # an image without this role
+            missing = f"the {package} package is not installed"
+        else:
+            try:
+                sub = __import__(module, fromlist=["app"]).app
+            except ImportError as exc:  # an extra not installed: say so when used
+                from coda.modelservice.imports import missing_package
 
-            if missing_package(exc) is None:
-                raise  # a real import error inside CODA: reported as it is
-            missing = str(exc)
+                if missing_package(exc) is None:
+                    raise  # a real import error inside CODA: reported as it is
+                missing = str(exc)
+            else:
+                app.add_typer(sub, name=name, help=help_text)
+                continue
+        app.add_typer(_unavailable(name, missing), name=name,
+                      help=f"{help_text} (not installed)")
 
-            def _missing(name: str = name, missing: str = missing) -> None:
-                console.print(f"[red]coda {name} is not available:[/] {missing}")
-                raise typer.Exit(2)
 
-            sub = typer.Typer(help=f"{help_text} (not installed)")
-            sub.callback(invoke_without_command=True)(_missing)
-        app.add_typer(sub, name=name, help=help_text)
+def _unavailable(name: str, missing: str) -> typer.Typer:
+    """A command that says why it is not available here (exit 2)."""
+
+    def _missing() -> None:
+        console.print(f"[red]coda {name} is not available:[/] {missing}")
+        raise typer.Exit(2)
+
+    sub = typer.Typer()
+    sub.callback(invoke_without_command=True)(_missing)
+    return sub
 
 
 def _secrets(home: Path) -> dict[str, str]:
@@ -227,7 +244,7 @@ def up(
         url = f"http://{host}:{port}"
         stack = None
         if not master_only:
-            from coda.stack import Stack, StackConfig
+            from coda_app.stack import Stack, StackConfig
 
             stack = Stack(StackConfig(
                 home=home, master_url=url, admin_token=tokens["admin_token"],
@@ -295,7 +312,7 @@ async def _watch(url: str, token: str, stack: object, show: bool) -> None:
     from coda.clients.base import ServiceError
     from coda.clients.master import MasterClient
     from coda.contracts.training import ModelRole
-    from coda.liveview import one_line, render
+    from coda_app.liveview import one_line, render
 
     async with MasterClient(url, token=token) as client:
         async def snapshot() -> tuple[object, str | None]:
@@ -335,11 +352,11 @@ async def _submit_demo(url: str, token: str, rollouts: int, kind: str) -> None:
             console.print("demo batch already submitted (kept from the last start)")
             return
         if kind == "replay":
-            from coda.stack import REPLAY_TASK
+            from coda_app.stack import REPLAY_TASK
 
             tasks = load_tasks(REPLAY_TASK)
         elif kind == "tiny":
-            from coda.stack import TINY_DEMO_TASKS
+            from coda_app.stack import TINY_DEMO_TASKS
 
             tasks = [t for path in TINY_DEMO_TASKS for t in load_tasks(path)]
         else:
@@ -367,7 +384,7 @@ def evaluate(
     """k rollouts per task through the running system, then the paper's Table 1 (Average@k,
     Pass@k per app and overall): printed, and written as CSV and JSON."""
     from coda.contracts.records import JudgeMode
-    from coda.evaluate import EvalTimeout, rich_table, run_eval, write_table
+    from coda_app.evaluate import EvalTimeout, rich_table, run_eval, write_table
 
     tasks = _task_files(path)
     try:
@@ -451,7 +468,6 @@ def status(
 
 
 _register_service_clis()
-app.add_typer(__import__("worker.guest.cli", fromlist=["app"]).app, name="guest")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,5 +1,5 @@
 """The configuration reference (``docs/configuration.md``), generated from the settings classes
-so it cannot drift: ``python -m coda.configdoc > docs/configuration.md`` (CI checks that the
+so it cannot drift: ``python -m coda_app.configdoc > docs/configuration.md`` (CI checks that the
 committed file equals this output)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ SECTIONS: list[tuple[str, str, str]] = [
 
 HEADER = """# Configuration reference
 
-Generated from the settings classes by `python -m coda.configdoc > docs/configuration.md`;
+Generated from the settings classes by `python -m coda_app.configdoc > docs/configuration.md`;
 CI fails when this file is not current. Every setting is an environment variable (the name
 below); command-line flags override them where a command has one. Lists are comma-separated
 or JSON, objects JSON. Secrets are never printed back.

@@ -1,22 +1,20 @@
-"""A model service as a real process (uvicorn on a free port), for tests and benchmarks."""
+"""A model service as a real process (uvicorn on a free port): ``coda up``'s stack, tests and
+benchmarks."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import httpx
 from pydantic_settings import BaseSettings
 
 from coda.modelservice.settings import settings_env
-from coda.procs import free_port, stop_process
+from coda.procs import free_port, log_tail, start_process, stop_process, wait_ready
 
 APPS = {"planner": "planner_service.app", "executor": "executor_service.app",
         "judge": "judge_service.app"}
@@ -48,28 +46,16 @@ class ServiceProcess:
         cmd = [sys.executable, "-m", "uvicorn", f"{APPS[self.role]}:create_app", "--factory",
                "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
                "--no-access-log"]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, env={**os.environ, **QUIET_ENV, **self.env},
-                                         stdout=log, stderr=subprocess.STDOUT)
+        self.proc = start_process(cmd, env={**QUIET_ENV, **self.env}, log=self.log_path)
 
     def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+        return log_tail(self.log_path, chars)
 
     def wait_ready(self, timeout: float = 300.0) -> None:
-        """Until ``/readyz`` answers 200 (the model has loaded)."""
+        """Until ``/readyz`` answers 2xx (the model has loaded)."""
         assert self.proc is not None, "not started"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.role} service exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.role} service not ready after {timeout:.0f}s; "
-                           f"log: {self.log_path}")
+        wait_ready(self.proc, f"{self.url}/readyz", name=f"{self.role} service",
+                   timeout=timeout, log=self.log_path)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from coda.contracts.master_api import StatusReport
 from coda.contracts.records import Batch, BatchProgress, BatchStatus, JobKind, Worker
-from coda.liveview import one_line, render, summary
-from coda.stack import TINY_DEMO_TASKS, StackConfig, choose_models
 from coda.tasks import load_tasks
+from coda_app.liveview import one_line, render, summary
+from coda_app.stack import TINY_DEMO_TASKS, StackConfig, choose_models
 
 
 def _cfg(tmp_path: Path, **kw: object) -> StackConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from coda.contracts.master_api import AppScore
-from coda.evaluate import table_rows, to_csv
+from coda_app.evaluate import table_rows, to_csv
 from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
 
 
@@ -34,7 +34,7 @@ def test_rows_put_overall_last_and_csv_has_the_header() -> None:
 def _eval(master_url: str, token: str, tasks: Path, out: Path, *extra: str,
           ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "coda.cli", "eval", str(tasks), "--k", "2", "--out-dir",
+        [sys.executable, "-m", "coda_app.cli", "eval", str(tasks), "--k", "2", "--out-dir",
          str(out), "--url", master_url, "--token", token, *extra],
         cwd=ROOT, env={**os.environ, "CODA_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
