@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coda.contracts.master_api import StatusReport
+from coda.contracts.services_api import BASE_VERSION
 
 LIVE_S = 60.0
 """A worker counts while its last heartbeat is this recent."""
@@ -34,7 +35,7 @@ def render(report: StatusReport, *, url: str, planner_version: str | None,
     s = summary(report)
     head = Table.grid(padding=(0, 2))
     head.add_row("dashboard", f"[link={url}/]{url}/[/link]")
-    head.add_row("planner version", planner_version or "base")
+    head.add_row("planner version", planner_version or BASE_VERSION)
     head.add_row("slots busy", f"{s['busy_slots']} / {s['slots']}")
     pct = f"{s['success_pct']}%" if s["success_pct"] is not None else "-"
     head.add_row("episodes", f"{s['episodes_done']} / {s['episodes_total']} done, "

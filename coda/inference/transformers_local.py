@@ -64,12 +64,6 @@ from coda.inference.encoding import (
     processor_inputs,
     shares_images,
 )
-
-# Still importable from here for importers not yet switched to coda.inference.encoding
-# (tests/executor_service/test_app.py, tests/fixtures/models.py).
-from coda.inference.encoding import ensure_processor_workaround as ensure_processor_workaround
-from coda.inference.encoding import render_prompt as render_prompt
-from coda.inference.encoding import to_processor_messages as to_processor_messages
 from coda.logging import get_logger
 
 log = get_logger(__name__)
@@ -208,7 +202,7 @@ class TransformersBackend:
         self.max_token_chars = max((len(t) for t in vocab), default=1) or 1
         """The longest token's text: a prompt of more characters than ``context_tokens`` times
         this cannot fit, whatever it tokenizes to, and is refused without tokenizing it."""
-        log.info("transformers_backend_loaded", model=self.model_path, device=device,
+        log.info("inference.transformers_loaded", model=self.model_path, device=device,
                  context_tokens=self.context_tokens)
 
     # -- generation --
@@ -366,7 +360,7 @@ class TransformersBackend:
                                      f"{type(exc).__name__}: {str(exc)[:300]}") from exc
             self._keys[version] = key
             self._adapters[version] = path
-        log.info("adapter_loaded", version=version, path=path)
+        log.info("inference.adapter_loaded", version=version, path=path)
 
     def _forget_partial(self, key: str) -> None:
         """Remove whatever a failed ``load_adapter`` left registered under ``key``."""
@@ -375,7 +369,7 @@ class TransformersBackend:
             try:
                 self.model.delete_adapter(key)
             except Exception as exc:  # best effort: the load already failed
-                log.warning("adapter_cleanup_failed", key=key, error=str(exc)[:200])
+                log.warning("inference.adapter_cleanup_failed", key=key, error=str(exc)[:200])
 
     async def unload_adapter(self, version: str) -> None:
         """Delete the adapter ``version``; unknown versions are ignored."""
@@ -387,7 +381,7 @@ class TransformersBackend:
             self._adapters.pop(version, None)
             if key is not None:
                 self.model.delete_adapter(key)
-        log.info("adapter_unloaded", version=version, known=key is not None)
+        log.info("inference.adapter_unloaded", version=version, known=key is not None)
 
     def adapters(self) -> dict[str, str]:
         return dict(self._adapters)
