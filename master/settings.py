@@ -24,7 +24,9 @@ class DefaultSecretError(RuntimeError):
 
 
 class MasterSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CODA_", extra="ignore")
+    # a refused value (a URL with its password, a token) is never echoed in the error
+    model_config = SettingsConfigDict(env_prefix="CODA_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     database_url: str = Field(
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/coda",
