@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.master_load import Master, local_master, percentile
+from benchmarks.loadgen.figures import percentile
+from benchmarks.master_load import Master, local_master
 from coda.logging import configure_logging, get_logger
 from coda.tasks import load_tasks
 

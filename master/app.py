@@ -18,15 +18,15 @@ from coda.artifacts import ArtifactError, ArtifactStore
 from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
-from master import batches, jobs, maintenance, shutdown, workers
+from coda.urls import redact_url
+from master import errors, maintenance, shutdown
 from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
-from master.db.session import make_engine
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
 from master.queue.redis_queue import RedisQueue
-from master.routes import artifacts, episodes, groups, models, status, training
+from master.routes import admin, artifacts, episodes, groups, models, status, training
 from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
@@ -45,12 +45,11 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if migrate:
             await upgrade(s.database_url)
-        engine = make_engine(s.database_url, pool_size=max(2, s.db_pool_size // 2))
         pg = await make_pool(s.database_url, size=s.db_pool_size)
         # a blocking pool: past max_connections a caller waits for a connection, not an error
         redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             s.redis_url, max_connections=s.redis_max_connections, timeout=30))
-        core = AppState(settings=s, engine=engine, pg=pg, redis=redis,
+        core = AppState(settings=s, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
                         metrics=metrics)
@@ -65,7 +64,8 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
         loop = asyncio.create_task(maintenance.run(core, stop))
-        log.info("master ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url)
+        log.info("master.ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url,
+                 database=redact_url(s.database_url), test_clock=s.test_clock)
         try:
             yield
         finally:
@@ -75,7 +75,6 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
             await loop
             await redis.aclose()
             await pg.close()
-            await engine.dispose()
 
     async def ready() -> dict[str, str]:
         core = holder["core"]
@@ -94,6 +93,8 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
                    artifacts.router, groups.router, models.router, status.router,
                    training.router):
         app.include_router(router)
+    if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
+        app.include_router(admin.router)
     _errors(app)
     return app
 
@@ -104,11 +105,11 @@ def _errors(app: FastAPI) -> None:
             return safe_json({"detail": str(exc) or type(exc).__name__}, code)
         return handle
 
-    app.add_exception_handler(jobs.LeaseLost, handler(409))
-    app.add_exception_handler(jobs.StepRefused, handler(409))
-    app.add_exception_handler(jobs.JobNotFound, handler(404))
-    app.add_exception_handler(batches.BatchNotFound, handler(404))
-    app.add_exception_handler(workers.WorkerNotFound, handler(404))
+    app.add_exception_handler(errors.LeaseLost, handler(409))
+    app.add_exception_handler(errors.StepRefused, handler(409))
+    app.add_exception_handler(errors.JobNotFound, handler(404))
+    app.add_exception_handler(errors.BatchNotFound, handler(404))
+    app.add_exception_handler(errors.WorkerNotFound, handler(404))
     app.add_exception_handler(ArtifactError, handler(400))
     app.add_exception_handler(RedisError, handler(503))
     # Postgres unreachable or restarted under us: clients retry on 503
@@ -118,14 +119,14 @@ def _errors(app: FastAPI) -> None:
     app.add_exception_handler(ConnectionError, handler(503))
 
     async def invalid_result(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, jobs.InvalidResult)
+        assert isinstance(exc, errors.InvalidResult)
         return safe_json({"detail": exc.errors}, 422)
 
     async def invalid_task(_: Request, exc: Exception) -> Response:
         return safe_json({"detail": [{"loc": ["body"], "msg": str(exc), "type": "task_invalid"}]},
                          422)
 
-    app.add_exception_handler(jobs.InvalidResult, invalid_result)
+    app.add_exception_handler(errors.InvalidResult, invalid_result)
     app.add_exception_handler(TaskLoadError, invalid_task)
 
 

@@ -21,7 +21,8 @@ class Role(StrEnum):
 
 def token_auth(settings: MasterSettings) -> TokenAuth:
     """The master's tokens by role."""
-    return TokenAuth({Role.ADMIN: [settings.admin_token], Role.WORKER: settings.worker_tokens},
+    admin, workers = settings.tokens()
+    return TokenAuth({Role.ADMIN: [admin], Role.WORKER: workers},
                      public_reads=settings.public_status)
 
 

@@ -16,21 +16,23 @@ import asyncpg
 
 from coda.contracts.master_api import GroupJobPayload, JudgeJobPayload
 from coda.contracts.records import BatchOptions, JobKind, JudgeMode
+from coda.contracts.services_api import BASE_VERSION
 from coda.contracts.training import Group, GroupStatus, Verdict
 from coda.labels import label_verdict
 from coda.logging import get_logger
-from master.jobs import NewJob, insert_job_once
+from master.errors import EpisodeNotFound
+from master.repos import batches as batch_rows
+from master.repos import episodes as episode_rows
+from master.repos import groups as group_rows
+from master.repos import jobs as job_rows
+from master.repos import steps as step_rows
+from master.repos import versions as version_rows
+from master.repos.jobs import NewJob
 
 log = get_logger("coda.master.lifecycle")
 
 NAMESPACE = uuid.UUID("0c0da5e1-7a1f-4d6b-9b0e-5c1e0f6a2b3c")
-BASE = "base"
 EQUAL_REWARDS = 1e-9
-
-
-class EpisodeNotFound(LookupError):
-    pass
-
 
 def judge_job_id(episode_id: uuid.UUID) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"judge:{episode_id}")
@@ -52,14 +54,14 @@ def needs_judge(mode: JudgeMode, success: bool | None) -> bool:
 def version_window(newest_first: list[str], size: int) -> set[str]:
     """The planner versions a group may come from: the ``size`` newest, the base model
     counting as the oldest version (pure)."""
-    return set([*newest_first, BASE][:max(1, size)])
+    return set([*newest_first, BASE_VERSION][:max(1, size)])
 
 
 def group_fate(version: str | None, rewards: list[float],
                window: set[str]) -> tuple[GroupStatus, str | None]:
     """Ready, or dropped with its reason: ``stale`` (sampled by a version outside the window),
     ``equal_rewards`` (no advantage to learn from) (pure)."""
-    if (version or BASE) not in window:
+    if (version or BASE_VERSION) not in window:
         return GroupStatus.DROPPED, "stale"
     if not rewards or max(rewards) - min(rewards) < EQUAL_REWARDS:
         return GroupStatus.DROPPED, "equal_rewards"
@@ -72,9 +74,7 @@ def _options(raw: Any) -> BatchOptions:
 
 async def after_episode(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[uuid.UUID]:
     """The judge job of the episode this job completed, when its batch wants one."""
-    row = await conn.fetchrow(
-        "select e.id, e.success, e.batch_id, b.options, b.priority from episodes e "
-        "join batches b on b.id = e.batch_id where e.job_id = $1", job_id)
+    row = await batch_rows.options_of_episode(conn, "job_id", job_id)
     if row is None:
         return []
     opts = _options(row["options"])
@@ -82,15 +82,10 @@ async def after_episode(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[uui
         return []
     jid = judge_job_id(row["id"])
     payload = JudgeJobPayload(episode_id=row["id"], label_rule=opts.label_rule)
-    created = await insert_job_once(conn, NewJob(
+    created = await job_rows.insert_once(conn, NewJob(
         id=jid, kind=JobKind.JUDGE, payload=payload.model_dump(mode="json"),
         priority=row["priority"], batch_id=row["batch_id"]))
     return [jid] if created else []
-
-
-async def current_planner(conn: asyncpg.Connection) -> str | None:
-    return await conn.fetchval(
-        "select name from model_versions where role = 'planner' and is_current limit 1")
 
 
 async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
@@ -98,31 +93,21 @@ async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
     """Store the verdict, label the steps of the episode's last attempt and create a group
     job for each positive step that has an action. Returns the stored verdict (with its
     positive steps) and the new jobs."""
-    row = await conn.fetchrow(
-        "select e.id, e.batch_id, b.options, b.priority from episodes e "
-        "join batches b on b.id = e.batch_id where e.id = $1 for update of e", episode_id)
+    row = await batch_rows.options_of_episode(conn, "id", episode_id, lock=True)
     if row is None:
         raise EpisodeNotFound(f"episode {episode_id} not found")
     opts = _options(row["options"])
-    steps = await conn.fetch(
-        "select attempt, idx, body from steps where episode_id = $1 and attempt = "
-        "(select max(attempt) from steps where episode_id = $1) order by idx", episode_id)
+    steps = await step_rows.of_last_attempt(conn, episode_id)
     positive = label_verdict(verdict, len(steps), opts.label_rule)
     stored = verdict.model_copy(update={"positive_steps": positive})
-    await conn.execute("update episodes set verdict = $2, updated_at = now() where id = $1",
-                       episode_id, stored.model_dump(mode="json"))
+    await episode_rows.set_verdict(conn, episode_id, stored)
     if not steps:
         return stored, []
     attempt = steps[0]["attempt"]
-    chosen = [steps[i]["idx"] for i in positive]
-    await conn.execute(
-        "update steps set body = jsonb_set(body, '{extra}', coalesce(body -> 'extra', '{}') "
-        "|| jsonb_build_object('label', case when idx = any($3::int[]) then 'positive' "
-        "else 'negative' end)) where episode_id = $1 and attempt = $2",
-        episode_id, attempt, chosen)
+    await step_rows.label(conn, episode_id, attempt, [steps[i]["idx"] for i in positive])
     if opts.group_size == 0:
         return stored, []
-    version = await current_planner(conn)
+    version = await version_rows.current_name(conn)
     created = []
     for i in positive:
         step = steps[i]
@@ -132,7 +117,7 @@ async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
                                   step_index=step["idx"], group_size=opts.group_size,
                                   planner_version=version)
         jid = group_job_id(episode_id, attempt, step["idx"])
-        if await insert_job_once(conn, NewJob(
+        if await job_rows.insert_once(conn, NewJob(
                 id=jid, kind=JobKind.GROUP, payload=payload.model_dump(mode="json"),
                 priority=row["priority"], batch_id=row["batch_id"])):
             created.append(jid)
@@ -148,17 +133,11 @@ async def store_group(conn: asyncpg.Connection, group: Group, *, source: str | N
     by hand (no source step) is stored ready, as ``POST /v1/groups`` does."""
     status, reason = GroupStatus.READY, None
     if source is not None:
-        newest = [r["name"] for r in await conn.fetch(
-            "select name from model_versions where role = 'planner' order by created_at desc "
-            "limit $1", max(1, window_size))]
+        newest = await version_rows.newest_names(conn, max(1, window_size))
         status, reason = group_fate(group.planner_version,
                                     [c.reward for c in group.candidates],
                                     version_window(newest, window_size))
-    got = await conn.fetchval(
-        "insert into groups (id, status, planner_version, body, reason, source) "
-        "values ($1, $2, $3, $4, $5, $6) on conflict (source) do nothing returning id",
-        uuid.uuid4(), status.value, group.planner_version, group.model_dump(mode="json"),
-        reason, source)
+    got = await group_rows.insert(conn, group, status=status, reason=reason, source=source)
     return (status, reason) if got is not None else None
 
 

@@ -36,8 +36,8 @@ async def tick(core: AppState, *, owner: str) -> None:
         due = await core.redis.set(core.queue.k.reconciled, owner, nx=True,
                                    px=int(s.reconcile_interval_s * 1000))
         if lost or (due and not await jobs.queue_agrees(core.pg, core.queue)):
-            await jobs.reconcile(core.pg, core.queue, ttl_s=s.lease_ttl_s)
-        await jobs.expire_leases(core.pg, core.queue)
+            await jobs.reconcile(core.pg, core.queue, core.clock, ttl_s=s.lease_ttl_s)
+        await jobs.expire_leases(core.pg, core.queue, core.clock)
     finally:
         await core.redis.eval(_UNLOCK, 1, core.queue.k.maintenance_lock, owner)
 
@@ -52,6 +52,6 @@ async def run(core: AppState, stop: asyncio.Event) -> None:
                 await refresh_gauges(core)
                 last_gauges = time.monotonic()
         except Exception as exc:  # keep going: Redis or Postgres may come back
-            log.warning("maintenance round failed", error=str(exc), error_type=type(exc).__name__)
+            log.warning("maintenance.round_failed", error=str(exc), error_type=type(exc).__name__)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=core.settings.maintenance_interval_s)

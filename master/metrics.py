@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from sqlalchemy import text
+
+from master.repos import jobs as job_rows
+from master.repos import workers as worker_rows
 
 if TYPE_CHECKING:
     from master.state import AppState
@@ -23,19 +25,15 @@ class MasterMetrics:
                           ["kind", "status"], registry=registry)
         self.workers_alive = Gauge("coda_workers_alive", "workers seen in the last 60 s",
                                    registry=registry)
+        self.lease_polls = Gauge("coda_lease_polls_waiting",
+                                 "lease requests long-polling for work now (this process)",
+                                 registry=registry)
 
 
 async def refresh_gauges(core: AppState) -> None:
     m: MasterMetrics | None = getattr(core, "metrics", None)
     if m is None:
         return
-    async with core.engine.connect() as conn:
-        rows = (await conn.execute(text(
-            "select kind, status, count(*) n from jobs where status in ('queued', 'leased') "
-            "group by kind, status"))).all()
-        alive = (await conn.execute(text(
-            "select count(*) from workers where last_heartbeat > now() - interval '60 seconds'"
-        ))).scalar()
-    for r in rows:
-        m.jobs.labels(r.kind, r.status).set(r.n)
-    m.workers_alive.set(alive or 0)
+    for (kind, status), n in (await job_rows.active_counts(core.pg)).items():
+        m.jobs.labels(kind, status).set(n)
+    m.workers_alive.set(await worker_rows.alive(core.pg, now=core.clock.now(), within_s=60))

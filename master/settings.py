@@ -1,14 +1,22 @@
-"""Master settings (environment prefix ``CODA_``; ``DATABASE_URL``/``REDIS_URL`` also read)."""
+"""Master settings (environment prefix ``CODA_``; ``DATABASE_URL``/``REDIS_URL`` also read).
+
+Secrets (``admin_token``, ``worker_tokens``) are ``SecretStr``: they never show in a repr or a
+log line; outside ``dev`` mode a default or short one refuses to start, as the model services
+do. ``test_clock`` (dev mode only) opens ``POST /v1/admin/clock`` (see :mod:`master.clock`).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from coda.urls import to_asyncpg_url
 
 DEFAULT_ADMIN_TOKEN = "change-me-admin"
 DEFAULT_WORKER_TOKEN = "change-me-worker"
+MIN_SECRET_CHARS = 16
 
 
 class DefaultSecretError(RuntimeError):
@@ -16,7 +24,9 @@ class DefaultSecretError(RuntimeError):
 
 
 class MasterSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CODA_", extra="ignore")
+    # a refused value (a URL with its password, a token) is never echoed in the error
+    model_config = SettingsConfigDict(env_prefix="CODA_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     database_url: str = Field(
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/coda",
@@ -29,9 +39,14 @@ class MasterSettings(BaseSettings):
     redis_prefix: str = Field(default="coda", pattern=r"^[A-Za-z0-9_.-]+$",
                               description="namespace of every Redis key")
     dev: bool = Field(default=False, description="development mode: default secrets allowed")
-    admin_token: str = DEFAULT_ADMIN_TOKEN
-    worker_tokens: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: [DEFAULT_WORKER_TOKEN])
+    admin_token: SecretStr = Field(default=SecretStr(DEFAULT_ADMIN_TOKEN),
+                                   description="bearer token: submit, cancel, versions")
+    worker_tokens: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=lambda: [SecretStr(DEFAULT_WORKER_TOKEN)],
+        description="bearer tokens of workers and the trainer (comma-separated)")
+    test_clock: bool = Field(
+        default=False, description="tests only (needs dev): POST /v1/admin/clock moves this "
+        "process's lease clock forward; never set it in production")
     public_status: bool = Field(default=True, description="status page and reads without a token")
     artifacts_url: str = Field(default="./.coda/artifacts", description="fsspec URL")
     max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
@@ -52,10 +67,7 @@ class MasterSettings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _asyncpg(cls, v: str) -> str:
-        for plain in ("postgresql://", "postgres://"):
-            if v.startswith(plain):
-                return "postgresql+asyncpg://" + v[len(plain):]
-        return v
+        return to_asyncpg_url(v)  # Alembic's form; the pool takes to_plain_postgres_url of it
 
     @field_validator("worker_tokens", mode="before")
     @classmethod
@@ -68,17 +80,26 @@ class MasterSettings(BaseSettings):
     def _secrets(self) -> MasterSettings:
         if not self.worker_tokens:
             raise ValueError("worker_tokens: at least one worker token is required")
+        if self.test_clock and not self.dev:
+            raise ValueError("test_clock: only in development mode (CODA_DEV=true)")
         return self
+
+    def tokens(self) -> tuple[str, list[str]]:
+        """The admin token and the worker tokens, in the clear (for the auth check only)."""
+        return (self.admin_token.get_secret_value(),
+                [t.get_secret_value() for t in self.worker_tokens])
 
     def check_secrets(self) -> None:
         """Refuse default or weak secrets unless ``dev`` is set."""
         if self.dev:
             return
+        admin, workers = self.tokens()
         weak = [name for name, value in (
-            ("CODA_ADMIN_TOKEN", self.admin_token),
-            *(("CODA_WORKER_TOKENS", t) for t in self.worker_tokens),
-        ) if value in (DEFAULT_ADMIN_TOKEN, DEFAULT_WORKER_TOKEN) or len(value) < 16]
+            ("CODA_ADMIN_TOKEN", admin), *(("CODA_WORKER_TOKENS", t) for t in workers),
+        ) if value in (DEFAULT_ADMIN_TOKEN, DEFAULT_WORKER_TOKEN)
+            or len(value) < MIN_SECRET_CHARS]
         if weak:
             raise DefaultSecretError(
                 f"refusing to start: {', '.join(sorted(set(weak)))} is a default or shorter "
-                "than 16 characters; set a real secret or CODA_DEV=true for development")
+                f"than {MIN_SECRET_CHARS} characters; set a real secret or CODA_DEV=true for "
+                "development")

@@ -9,9 +9,9 @@ from typing import Annotated
 import asyncpg
 import redis.asyncio as aioredis
 from fastapi import Depends, Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from coda.artifacts import ArtifactStore
+from master.clock import Clock
 from master.metrics import MasterMetrics
 from master.queue.redis_queue import RedisQueue
 from master.settings import MasterSettings
@@ -20,12 +20,12 @@ from master.settings import MasterSettings
 @dataclass
 class AppState:
     settings: MasterSettings
-    engine: AsyncEngine
     pg: asyncpg.Pool
     redis: aioredis.Redis
     queue: RedisQueue
     store: ArtifactStore
     metrics: MasterMetrics | None = None
+    clock: Clock = field(default_factory=Clock)  # lease and heartbeat times
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGTERM / SIGINT
 
 

@@ -90,8 +90,10 @@ class RedisQueue:
             await self.r.zadd(self.k.ready(kind), dict(chunk[lo:lo + PUSH_CHUNK]))
 
     async def remove(self, kind: JobKind | str, job_ids: Sequence[str]) -> None:
+        """Take jobs out of the ready set and the lease index in one MULTI: a heartbeat
+        between the two would otherwise leave a lease without its token."""
         if job_ids:
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self.r.pipeline(transaction=True)
             pipe.zrem(self.k.ready(kind), *job_ids)
             pipe.zrem(self.k.leases, *job_ids)
             pipe.hdel(self.k.tokens, *job_ids)

@@ -16,6 +16,7 @@ from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
 from master import batches
 from master.auth import Admin, Reader
+from master.repos import batches as batch_rows
 from master.state import State
 from master.taskfile import check_text, read_task_file
 
@@ -52,7 +53,7 @@ def parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> list
 async def create_batch(body: BatchCreate, core: State, _: Admin) -> BatchCreated:
     """Create a batch: every task runs ``rollouts`` times."""
     tasks = await asyncio.to_thread(parse_tasks, body.tasks)
-    batch, episodes = await batches.create(core.engine, core.pg, core.queue, body, tasks)
+    batch, episodes = await batches.create(core.pg, core.queue, body, tasks)
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 
@@ -78,7 +79,7 @@ async def upload_batch(
         raise _unprocessable([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                               for e in exc.errors(include_input=False)]) from exc
     tasks = await asyncio.to_thread(parse_tasks, docs, filename)
-    batch, episodes = await batches.create(core.engine, core.pg, core.queue, spec, tasks)
+    batch, episodes = await batches.create(core.pg, core.queue, spec, tasks)
     return BatchCreated(batch=batch, episode_ids=episodes)
 
 
@@ -86,17 +87,17 @@ async def upload_batch(
 async def list_batches(core: State, _: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 50,
                        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0) -> BatchList:
     """List batches, newest first, with progress."""
-    items, total = await batches.list_batches(core.engine, limit=limit, offset=offset)
+    items, total = await batch_rows.list_page(core.pg, limit=limit, offset=offset)
     return BatchList(items=items, total=total)
 
 
 @router.get("/{batch_id}", responses=error_responses(404))
 async def get_batch(batch_id: uuid.UUID, core: State, _: Reader) -> Batch:
     """One batch with progress."""
-    return await batches.get(core.engine, batch_id)
+    return await batches.get(core.pg, batch_id)
 
 
 @router.post("/{batch_id}/cancel", responses=error_responses(404))
 async def cancel_batch(batch_id: uuid.UUID, core: State, _: Admin) -> Batch:
     """Cancel every queued or running episode of the batch."""
-    return await batches.cancel(core.engine, core.pg, core.queue, batch_id)
+    return await batches.cancel(core.pg, core.queue, batch_id)

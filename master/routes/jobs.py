@@ -25,8 +25,11 @@ from coda.contracts.master_api import (
 )
 from coda.contracts.records import JobKind
 from coda.service import error_responses
-from master import jobs, workers
+from master import jobs
 from master.auth import Admin, Reader, WorkerAuth
+from master.repos import jobs as job_rows
+from master.repos import workers
+from master.repos.jobs import NewJob
 from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -39,7 +42,7 @@ async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
     """Whether the worker is registered (remembered per process after the first look-up)."""
     if worker_id in _KNOWN_WORKERS:
         return True
-    if not await workers.exists(core.engine, worker_id):
+    if not await workers.exists(core.pg, worker_id):
         return False
     if len(_KNOWN_WORKERS) >= _KNOWN_WORKERS_MAX:
         _KNOWN_WORKERS.clear()
@@ -61,8 +64,8 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
                 {"loc": ["body", "payload", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                 for e in exc.errors()]) from None
-    job = jobs.NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
-                      priority=body.priority, max_attempts=body.max_attempts)
+    job = NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
+                 priority=body.priority, max_attempts=body.max_attempts)
     await jobs.enqueue(core.pg, core.queue, [job])
     return JobCreated(id=job.id, kind=job.kind)
 
@@ -75,15 +78,23 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
     s = core.settings
-    deadline = time.monotonic() + body.wait_s
-    while True:
-        got = await jobs.lease(core.pg, core.queue, worker_id=body.worker_id, kind=body.kind,
-                               capacity=body.capacity, ttl_s=s.lease_ttl_s)
-        if got or time.monotonic() >= deadline or core.stopping.is_set():
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(core.stopping.wait(), timeout=min(
-                s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+    deadline = time.monotonic() + body.wait_s  # how long this request waits: real time
+    waiting = False
+    try:
+        while True:
+            got = await jobs.lease(core.pg, core.queue, core.clock, worker_id=body.worker_id,
+                                   kind=body.kind, capacity=body.capacity, ttl_s=s.lease_ttl_s)
+            if got or time.monotonic() >= deadline or core.stopping.is_set():
+                break
+            if core.metrics and not waiting:  # the gauge tests wait on instead of sleeping
+                core.metrics.lease_polls.inc()
+                waiting = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(core.stopping.wait(), timeout=min(
+                    s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+    finally:
+        if core.metrics and waiting:
+            core.metrics.lease_polls.dec()
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)
@@ -93,14 +104,20 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
 async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
                         _: WorkerAuth) -> JobHeartbeatResponse:
     """Extend the lease; 409 when the lease is lost (stop working on it)."""
-    expires = await jobs.heartbeat(core.pg, core.queue, job_id=job_id,
+    expires = await jobs.heartbeat(core.pg, core.queue, core.clock, job_id=job_id,
                                    token=body.lease_token, ttl_s=core.settings.lease_ttl_s)
     return JobHeartbeatResponse(lease_expires_at=expires)
 
 
 @router.post("/{job_id}/steps", status_code=204, responses=error_responses(404, 409))
 async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
-    """Store one step of the episode this job runs (idempotent per index)."""
+    """Store one step of the episode this job runs (idempotent per index). A report that
+    sets ``step.label`` is refused (422 naming it): the master labels steps from the judge's
+    verdict, and a worker's label would be taken for one."""
+    if body.step.label is not None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
+            {"loc": ["body", "step", "label"], "type": "value_error",
+             "msg": "label: set by the master from the episode's verdict, not by a worker"}])
     await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
     if core.metrics:
         core.metrics.steps.inc()
@@ -132,10 +149,4 @@ async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth)
 @router.get("/{job_id}", responses=error_responses(404))
 async def get_job(job_id: uuid.UUID, core: State, _: Reader) -> JobState:
     """Queue state of one job."""
-    row = await core.pg.fetchrow(
-        "select id, kind, status, attempts, max_attempts, error from jobs where id = $1", job_id)
-    if row is None:
-        raise jobs.JobNotFound(str(job_id))
-    return JobState(id=row["id"], kind=JobKind(row["kind"]), status=row["status"],
-                    attempts=row["attempts"], max_attempts=row["max_attempts"],
-                    error=row["error"])
+    return await job_rows.state(core.pg, job_id)

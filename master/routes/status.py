@@ -37,6 +37,6 @@ async def dashboard_page(request: Request, core: State, _: Reader,
 async def replay_page(request: Request, episode_id: uuid.UUID, core: State,
                       _: Reader) -> HTMLResponse:
     """One episode step by step: screenshots, thoughts, actions, errors, verdict, rewards."""
-    replay = await dashboard.replay(core.engine, episode_id)
+    replay = await dashboard.replay(core.pg, episode_id)
     return templates.TemplateResponse(request, "replay.html",
                                       {"ep": replay.episode, "replay": replay})

@@ -16,8 +16,11 @@ from coda.contracts.training import (
     VersionTraining,
 )
 from coda.service import error_responses
-from master import jobs, lifecycle, training
+from master import jobs, lifecycle
 from master.auth import Reader, WorkerAuth
+from master.errors import EpisodeNotFound
+from master.repos import episodes as episode_rows
+from master.repos import training
 from master.state import State
 
 router = APIRouter(prefix="/v1", tags=["training"])
@@ -27,7 +30,7 @@ Name = Annotated[str | None, Query(max_length=200)]
 @router.post("/training/metrics", status_code=204)
 async def report_metrics(body: TrainingMetricsReport, core: State, _: WorkerAuth) -> None:
     """Store the figures of one trainer update (reward, loss, KL, clip fraction, ...)."""
-    await training.record(core.engine, body)
+    await training.record(core.pg, body)
 
 
 @router.get("/training/metrics")
@@ -36,13 +39,13 @@ async def list_metrics(core: State, _: Reader, run: Name = None, planner_version
                        ) -> TrainingMetricsList:
     """The latest updates' figures, oldest first (optionally of one run or version)."""
     return TrainingMetricsList(items=await training.list_metrics(
-        core.engine, run=run, planner_version=planner_version, limit=limit))
+        core.pg, run=run, planner_version=planner_version, limit=limit))
 
 
 @router.get("/training/versions")
 async def by_version(core: State, _: Reader, run: Name = None) -> list[VersionTraining]:
     """Per planner version: updates trained from it, mean and last figures."""
-    items = await training.list_metrics(core.engine, run=run, planner_version=None,
+    items = await training.list_metrics(core.pg, run=run, planner_version=None,
                                         limit=10_000)
     return training.summarize(items)
 
@@ -54,7 +57,7 @@ async def set_verdict(episode_id: uuid.UUID, body: Verdict, core: State, _: Work
     try:
         async with core.pg.acquire() as conn, conn.transaction():
             _stored, created = await lifecycle.apply_verdict(conn, episode_id, body)
-    except lifecycle.EpisodeNotFound as exc:
+    except EpisodeNotFound as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     await jobs.publish(core.pg, core.queue, created)
 
@@ -68,7 +71,7 @@ async def trajectories(
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> JudgedTrajectoryList:
     """Completed, judged episodes with their steps (default: those judged correct)."""
-    items, total = await training.judged_trajectories(
-        core.engine, app=app, batch_id=batch_id, planner_version=planner_version,
+    items, total = await episode_rows.judged_trajectories(
+        core.pg, app=app, batch_id=batch_id, planner_version=planner_version,
         correct=None if verdict == "any" else verdict == "correct", limit=limit, offset=offset)
     return JudgedTrajectoryList(items=items, total=total)

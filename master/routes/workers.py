@@ -9,8 +9,8 @@ from fastapi import APIRouter
 from coda.contracts.master_api import WorkerHeartbeat, WorkerRegister
 from coda.contracts.records import Worker
 from coda.service import error_responses
-from master import workers
 from master.auth import Reader, WorkerAuth
+from master.repos import workers
 from master.state import State
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
@@ -19,17 +19,18 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"])
 @router.post("", status_code=201)
 async def register_worker(body: WorkerRegister, core: State, _: WorkerAuth) -> Worker:
     """Register a worker (a VM server with ``slots`` environments)."""
-    return await workers.register(core.engine, body)
+    return await workers.register(core.pg, body, now=core.clock.now())
 
 
 @router.post("/{worker_id}/heartbeat", responses=error_responses(404))
 async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
                            _: WorkerAuth) -> Worker:
     """Mark the worker alive and record how many of its slots are busy."""
-    return await workers.heartbeat(core.engine, worker_id, busy_slots=body.busy_slots)
+    return await workers.heartbeat(core.pg, worker_id, busy_slots=body.busy_slots,
+                                   now=core.clock.now())
 
 
 @router.get("")
 async def list_workers(core: State, _: Reader) -> list[Worker]:
     """Workers, most recently seen first."""
-    return await workers.list_workers(core.engine)
+    return await workers.list_workers(core.pg)

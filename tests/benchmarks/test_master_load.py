@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.master_load import overlap, percentile, route_figures
+from benchmarks.loadgen.figures import overlap, percentile, route_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"slots", "duration_s", "requests_per_s", "p50_ms", "p99_ms", "errors", "utilization",

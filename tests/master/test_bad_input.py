@@ -273,6 +273,14 @@ def test_step_attempt_is_the_leases(module_master, http):
     r = http.post(steps, headers=worker,
                   json={"lease_token": job["lease_token"], "step": {"index": 0, "attempt": 7}})
     _check(r, 409, "attempt")
+    # the judge's label is the master's to set; a screenshot names its screen's size
+    for step, field in (({"index": 0, "label": "positive"}, "label"),
+                        ({"index": 0, "screenshot": "sha256/ab/" + "a" * 64 + ".png"}, "screen"),
+                        ({"index": 0, "screen": {"width": 0, "height": 9}}, "width"),
+                        ({"index": 0, "extra": {"label": "positive"}}, "extra")):
+        r = http.post(steps, headers=worker, json={"lease_token": job["lease_token"],
+                                                   "step": step})
+        _check(r, 422, field)
     for step in ({"index": 0, "thought": "named"}, {"index": 1, "attempt": 1}):
         r = http.post(steps, headers=worker, json={"lease_token": job["lease_token"],
                                                    "step": step})

@@ -12,7 +12,7 @@ import pytest
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupJobPayload, JobCreate, JudgeJobPayload
-from coda.contracts.records import Job, JobKind, JudgeMode, Step, Worker
+from coda.contracts.records import Job, JobKind, JudgeMode, ScreenSize, Step, StepLabel, Worker
 from coda.contracts.training import (
     Candidate,
     Group,
@@ -27,6 +27,7 @@ from master.lifecycle import group_fate, judge_job_id, needs_judge, version_wind
 from tests.master.conftest import submit
 
 KEY = "sha256/ab/" + "a" * 64 + ".png"
+SCREEN = ScreenSize(width=1280, height=720)
 
 
 @pytest.mark.parametrize(("mode", "success", "want"), [
@@ -76,9 +77,11 @@ async def _run_episode(admin: MasterClient, wclient: MasterClient, worker: Worke
     [job] = await wclient.lease(worker.id, JobKind.EPISODE)
     for i in range(actions):
         await wclient.report_step(job, Step(index=i, thought=f"Thought: {i}", screenshot=KEY,
+                                            screen=SCREEN,
                                             action={"type": "hotkey", "keys": ["ctrl", "s"]}))
     await wclient.report_step(job, Step(index=actions, thought="garbage", screenshot=KEY,
-                                        outcome="parse_error", error="no action"))
+                                        screen=SCREEN, outcome="parse_error",
+                                        error="no action"))
     await wclient.complete(job, {"success": success, "steps": actions + 1})
     return created.episode_ids[0]  # type: ignore[no-any-return]
 
@@ -111,7 +114,8 @@ async def test_episode_judge_groups_chain(admin: MasterClient, wclient: MasterCl
 
     ep = await admin.get_episode(episode)
     assert ep.verdict is not None and ep.verdict.positive_steps == [0, 1, 2]
-    assert [s.extra["label"] for s in ep.steps or []] == ["positive"] * 3
+    assert [s.label for s in ep.steps or []] == [StepLabel.POSITIVE] * 3
+    assert all(s.screen == SCREEN for s in ep.steps or [])
     groups = await _lease_all(wclient, worker, JobKind.GROUP)
     payloads = sorted((GroupJobPayload.model_validate(g.payload) for g in groups),
                       key=lambda p: p.step_index)

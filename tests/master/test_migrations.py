@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 
+import asyncpg
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from coda.contracts.records import ScreenSize, Step, StepLabel, StepTimings
+from coda.urls import to_plain_postgres_url
 from master.db.migrate import alembic_config, upgrade
 from master.db.models import Base
 
@@ -30,3 +35,56 @@ async def test_migrations_match_models_and_downgrade(fresh_database_url: str) ->
             assert len(await conn.run_sync(_diff)) >= len(Base.metadata.tables)
     finally:
         await engine.dispose()
+
+
+OLD_EXTRA = {"screen": {"width": 1280, "height": 720}, "label": "positive",
+             "plan": {"thought": "open it", "action_hint": None, "finished": False,
+                      "answer": None, "answer_mode": False, "completion_tokens": 12},
+             "timings_ms": {k: 1.0 for k in StepTimings.model_fields}}
+
+
+async def test_typed_steps_migration_moves_extra_and_back(fresh_database_url: str) -> None:
+    """0006 moves a step's ``extra`` (screen, plan, timings_ms, label) into its typed fields,
+    so an old row reads back as a valid Step; the downgrade restores ``extra``."""
+    cfg = alembic_config(fresh_database_url)
+    await asyncio.to_thread(command.upgrade, cfg, "0005")
+    conn = await asyncpg.connect(to_plain_postgres_url(fresh_database_url))
+    try:
+        await _old_step_rows(conn)
+        await asyncio.to_thread(command.upgrade, cfg, "head")
+        full, bare = [json.loads(r["body"]) for r in await conn.fetch(
+            "select body from steps order by idx")]
+        step = Step.model_validate(full)
+        assert "extra" not in full and "extra" not in bare
+        assert step.screen == ScreenSize(width=1280, height=720)
+        assert step.label is StepLabel.POSITIVE and step.plan is not None
+        assert step.plan.thought == "open it" and step.plan.answer is None
+        assert step.timings is not None and step.timings.total == 1.0
+        assert Step.model_validate(bare) == Step(index=1, thought="no extra")
+        await asyncio.to_thread(command.downgrade, cfg, "0005")
+        full, bare = [json.loads(r["body"]) for r in await conn.fetch(
+            "select body from steps order by idx")]
+        assert full["extra"] == OLD_EXTRA and bare["extra"] == {}
+        assert not {"screen", "plan", "timings", "label"} & set(full)
+    finally:
+        await conn.close()
+
+
+async def _old_step_rows(conn: asyncpg.Connection) -> None:
+    """Two steps as the master stored them before 0006: one with every extra, one without."""
+    batch, task, job, episode = (uuid.uuid4() for _ in range(4))
+    await conn.execute("insert into batches (id, status, priority, rollouts) "
+                       "values ($1, 'running', 0, 1)", batch)
+    await conn.execute("insert into tasks (id, batch_id, task_id, app, spec) "
+                       "values ($1, $2, 't', 'KAlgebra', '{}')", task, batch)
+    await conn.execute("insert into jobs (id, kind, status, priority, payload, attempts, "
+                       "max_attempts) values ($1, 'episode', 'queued', 0, '{}', 0, 3)", job)
+    await conn.execute("insert into episodes (id, batch_id, task_row_id, job_id, task_id, app, "
+                       "rollout, status, attempts) values ($1, $2, $3, $4, 't', 'KAlgebra', 0, "
+                       "'running', 1)", episode, batch, task, job)
+    for idx, body in ((0, {"index": 0, "attempt": 1, "thought": "with extra",
+                           "screenshot": "sha256/ab/" + "a" * 64 + ".png",
+                           "outcome": "ok", "extra": OLD_EXTRA}),
+                      (1, {"index": 1, "thought": "no extra", "outcome": "ok", "extra": {}})):
+        await conn.execute("insert into steps (episode_id, attempt, idx, body) "
+                           "values ($1, 1, $2, $3::jsonb)", episode, idx, json.dumps(body))

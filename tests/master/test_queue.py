@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-import time
 
 import httpx
-import psutil
 import pytest
 import redis.asyncio as aioredis
 
@@ -19,16 +17,17 @@ from coda.contracts.records import EpisodeStatus, JobKind, Step
 from tests.master.conftest import eventually, submit
 
 
-async def test_lease_heartbeat_step_complete(admin, wclient, worker):
+async def test_lease_heartbeat_step_complete(master, admin, wclient, worker):
     created = await submit(admin, n_tasks=2, rollouts=2)
     jobs = await wclient.lease(worker.id, capacity=10)
     assert len(jobs) == 4
     assert all(j.attempt == 1 and j.kind is JobKind.EPISODE for j in jobs)
     assert len({j.lease_token for j in jobs}) == 4
     job = jobs[0]
-    for _ in range(3):  # heartbeats keep it past its 2 s TTL
+    for _ in range(3):  # heartbeats keep it past its 2 s TTL (the master's clock moves 3 s)
         await wclient.heartbeat(job)
-        await asyncio.sleep(1)
+        master.advance_clock(1)
+    await wclient.heartbeat(job)
     await wclient.report_step(job, Step(index=0, thought="open the menu"))
     # delivery is at least once: a repeated report is idempotent
     await wclient.report_step(job, Step(index=0, thought="open the menu"))
@@ -41,10 +40,12 @@ async def test_lease_heartbeat_step_complete(admin, wclient, worker):
     assert batch.progress.completed == 1 and batch.progress.succeeded == 1
 
 
-async def test_expired_lease_is_requeued_with_next_attempt(admin, wclient, worker):
+async def test_expired_lease_is_requeued_with_next_attempt(master, admin, wclient, worker):
     await submit(admin, n_tasks=1, max_attempts=3)
     [first] = await wclient.lease(worker.id)
-    # no heartbeat: the 2 s lease expires and the job comes back as attempt 2
+    # no heartbeat: the 2 s lease expires (the clock moves past it) and the job comes back
+    # as attempt 2
+    master.advance_clock(3)
     again = await wclient.lease(worker.id, wait_s=15)
     assert len(again) == 1 and again[0].id == first.id and again[0].attempt == 2
     # the old token is now stale: every write with it is refused without effect
@@ -60,7 +61,7 @@ async def test_expired_lease_is_requeued_with_next_attempt(admin, wclient, worke
     assert ep.status is EpisodeStatus.COMPLETED and ep.success is False
 
 
-async def test_max_attempts_then_failed_with_reason(admin, wclient, worker):
+async def test_max_attempts_then_failed_with_reason(master, admin, wclient, worker):
     await submit(admin, n_tasks=1, max_attempts=2)
     [job] = await wclient.lease(worker.id)
     state = await wclient.fail(job, "VM failed to become ready")
@@ -68,6 +69,7 @@ async def test_max_attempts_then_failed_with_reason(admin, wclient, worker):
     [job2] = await wclient.lease(worker.id)
     assert job2.attempt == 2
     # second attempt is abandoned silently: the expiry sweep ends it past max attempts
+    master.advance_clock(3)
     async def failed() -> bool:
         return (await wclient.get_job(job2.id)).status == "failed"
     await eventually(failed)
@@ -124,9 +126,16 @@ async def test_cancel_batch(admin, wclient, worker):
     assert err.value.status == 409 and "cancelled" in str(err.value.detail)
 
 
-async def test_long_poll_returns_when_work_arrives(admin, wclient, worker):
-    waiter = asyncio.create_task(wclient.lease(worker.id, wait_s=10))
-    await asyncio.sleep(0.5)
+async def _polling(master) -> None:  # type: ignore[no-untyped-def]
+    """Until a lease request is long-polling on the master (its gauge, not a sleep)."""
+    async def waiting() -> bool:
+        return await asyncio.to_thread(master.metric, "coda_lease_polls_waiting") >= 1
+    await eventually(waiting)
+
+
+async def test_long_poll_returns_when_work_arrives(master, admin, wclient, worker):
+    waiter = asyncio.create_task(wclient.lease(worker.id, wait_s=30))
+    await _polling(master)
     assert not waiter.done()
     await submit(admin, n_tasks=1)
     assert len(await waiter) == 1
@@ -209,17 +218,10 @@ async def test_invalid_episode_result_is_refused_without_change(admin, wclient, 
     await wclient.complete(job, {"success": True})  # the lease still holds
 
 
-def _connections(pid: int) -> int:
-    return sum(1 for c in psutil.Process(pid).net_connections("tcp")
-               if c.status == psutil.CONN_ESTABLISHED)
-
-
 def test_sigterm_ends_open_long_polls_at_once(master, worker):
     """A lease long-polling for 60 s returns (no job) as soon as the master is told to stop,
     and the master exits: shutdown does not wait for wait_s."""
     assert master.proc is not None
-    pid = master.proc.pid
-    before = _connections(pid)
     answer: dict[str, object] = {}
 
     def poll() -> None:
@@ -230,10 +232,7 @@ def test_sigterm_ends_open_long_polls_at_once(master, worker):
 
     t = threading.Thread(target=poll)
     t.start()
-    deadline = time.monotonic() + 30
-    while _connections(pid) <= before and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the poll's connection is open on the master
-    time.sleep(0.3)  # and its request read
+    asyncio.run(_polling(master))  # the poll is waiting on the master
     master.proc.send_signal(signal.SIGTERM)
     master.proc.wait(30)  # an upper bound only: without the shutdown event it takes 60 s
     master.proc = None

@@ -11,7 +11,7 @@ import pytest
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
 from coda.contracts.training import TrainingMetricsReport, Verdict
-from master.training import summarize
+from master.repos.training import summarize
 
 
 async def test_figures_per_version_reach_json_and_status_page(admin: MasterClient,

@@ -1,0 +1,46 @@
+"""Figures of a load run: latency percentiles and per-route summaries (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROUTES = ("register", "lease", "heartbeat", "step", "complete")
+ROUTE_PATHS = {
+    "register": "POST /v1/workers",
+    "lease": "POST /v1/jobs/lease",
+    "heartbeat": "POST /v1/jobs/{job_id}/heartbeat",
+    "step": "POST /v1/jobs/{job_id}/steps",
+    "complete": "POST /v1/jobs/{job_id}/complete",
+}
+
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in [0, 100]) of unsorted values; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def overlap(start: float, end: float, lo: float, hi: float) -> float:
+    """Length of [start, end] inside [lo, hi]."""
+    return max(0.0, min(end, hi) - max(start, lo))
+
+
+def route_figures(latencies_ms: list[float], errors: int, window_s: float) -> dict[str, Any]:
+    return {
+        "requests": len(latencies_ms),
+        "requests_per_s": round(len(latencies_ms) / window_s, 2) if window_s > 0 else 0.0,
+        "errors": errors,
+        "p50_ms": rounded(percentile(latencies_ms, 50)),
+        "p90_ms": rounded(percentile(latencies_ms, 90)),
+        "p99_ms": rounded(percentile(latencies_ms, 99)),
+        "max_ms": rounded(max(latencies_ms) if latencies_ms else None),
+        "mean_ms": rounded(sum(latencies_ms) / len(latencies_ms) if latencies_ms else None),
+    }
+
+
+def rounded(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)

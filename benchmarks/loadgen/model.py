@@ -1,0 +1,223 @@
+"""The load model: simulated environment slots that register, lease (long-poll), report steps,
+heartbeat and complete like a worker's slots, in one load-generator process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.loadgen.figures import ROUTES, overlap
+from benchmarks.loadgen.http import ClientError, HttpxHttp, RawHttp
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    url: str
+    worker_token: str
+    slots: list[int]  # global slot indices this process runs
+    total_slots: int
+    t0: float  # wall clock (time.time) when slot 0 starts
+    ramp_s: float
+    window: tuple[float, float]  # wall-clock measurement window
+    episode_s: float
+    step_s: float
+    heartbeat_s: float
+    wait_s: float
+    slots_per_worker: int
+    timeout_s: float
+    client: str = "raw"
+    report_every_s: float = 2.0
+
+
+@dataclass
+class Tally:
+    """What one process measured (latencies only inside the window; errors always)."""
+
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {r: [] for r in ROUTES})
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    error_samples: list[str] = field(default_factory=list)
+    held_s: float = 0.0  # slot-seconds holding a job inside the window
+    slot_s: float = 0.0  # slot-seconds inside the window
+    jobs_completed: int = 0
+    lost_leases: int = 0
+
+    def drain(self) -> dict[str, Any]:
+        """Everything since the last drain, as a picklable message."""
+        msg = {"latencies": self.latencies, "errors": self.errors,
+               "error_samples": self.error_samples, "held_s": self.held_s,
+               "slot_s": self.slot_s, "jobs_completed": self.jobs_completed,
+               "lost_leases": self.lost_leases}
+        fresh = Tally()
+        self.__dict__.update(fresh.__dict__)
+        return msg
+
+
+class Slots:
+    """The slots of one load-generator process."""
+
+    def __init__(self, cfg: LoadConfig) -> None:
+        self.cfg = cfg
+        self.tally = Tally()
+        self.stop_at = cfg.window[1]
+        self.workers: dict[int, asyncio.Task[str | None]] = {}
+
+    def connection(self) -> RawHttp | HttpxHttp:
+        kind = HttpxHttp if self.cfg.client == "httpx" else RawHttp
+        return kind(self.cfg.url, self.cfg.worker_token, self.cfg.timeout_s + self.cfg.wait_s)
+
+    async def call(self, http: RawHttp | HttpxHttp, route: str, path: str,
+                   body: dict[str, Any]) -> Any:
+        """POST; record latency (inside the window) or an error. The JSON answer (None for an
+        empty one) or ``False`` on error."""
+        start_wall, start = time.time(), time.perf_counter()
+        try:
+            status, payload = await http.post(path, body)
+        except ClientError as exc:
+            self._error(route, str(exc))
+            return False
+        ms = (time.perf_counter() - start) * 1000
+        if status >= 300:
+            self._error(route, f"{status}: {payload[:200].decode(errors='replace')}")
+            return False
+        if self.cfg.window[0] <= start_wall < self.cfg.window[1]:
+            self.tally.latencies[route].append(ms)
+        return json.loads(payload) if payload else None
+
+    def _error(self, route: str, what: str) -> None:
+        self.tally.errors[route] += 1
+        if len(self.tally.error_samples) < 5:
+            self.tally.error_samples.append(f"{route}: {what}")
+
+    async def worker_id(self, http: RawHttp | HttpxHttp, slot: int) -> str | None:
+        """One registration per VM server (``slots_per_worker`` slots), shared by its slots."""
+        server = slot // self.cfg.slots_per_worker
+        if server not in self.workers:
+            self.workers[server] = asyncio.ensure_future(self._register(http, server))
+        return await self.workers[server]
+
+    async def _register(self, http: RawHttp | HttpxHttp, server: int) -> str | None:
+        got = await self.call(http, "register", "/v1/workers", {
+            "name": f"bench-vm-{server}", "host": f"10.0.{server // 250}.{server % 250}",
+            "slots": self.cfg.slots_per_worker})
+        return str(got["id"]) if got else None
+
+    async def run_slot(self, slot: int) -> None:
+        http = self.connection()
+        try:
+            await self._run_slot(http, slot)
+        finally:
+            await http.aclose()
+
+    async def _run_slot(self, http: RawHttp | HttpxHttp, slot: int) -> None:
+        cfg = self.cfg
+        await _sleep_until(cfg.t0 + cfg.ramp_s * slot / max(1, cfg.total_slots))
+        worker = None
+        while worker is None and time.time() < self.stop_at:
+            worker = await self.worker_id(http, slot)
+            if worker is None:
+                self.workers.pop(slot // cfg.slots_per_worker, None)
+                await asyncio.sleep(1.0)
+        # the first episode has a staggered length so completions spread evenly
+        phase = ((slot * 0.6180339887) % 1.0) or 0.5
+        length = max(cfg.step_s, cfg.episode_s * phase)
+        while time.time() < self.stop_at:
+            job = await self.lease(http, worker)
+            if job is None:
+                continue
+            held_from = time.time()
+            outcome = await self.episode(http, job, length)
+            self._held(held_from, self.stop_at if outcome == "stopped" else time.time())
+            self.tally.jobs_completed += outcome == "completed"
+            if outcome == "stopped":
+                break
+            length = cfg.episode_s
+        self._slot_window()
+
+    async def lease(self, http: RawHttp | HttpxHttp, worker: str | None) -> dict[str, Any] | None:
+        got = await self.call(http, "lease", "/v1/jobs/lease", {
+            "worker_id": worker, "capacity": 1, "wait_s": self.cfg.wait_s})
+        if got is False:
+            await asyncio.sleep(1.0)
+            return None
+        return got["jobs"][0] if got["jobs"] else None
+
+    async def episode(self, http: RawHttp | HttpxHttp, job: dict[str, Any], length: float) -> str:
+        """Steps and heartbeats for ``length`` seconds, then complete: completed, lost (the
+        lease or the completion failed) or stopped (the run ended while the job ran)."""
+        cfg = self.cfg
+        base, token = f"/v1/jobs/{job['id']}", job["lease_token"]
+        start = time.time()
+        end = start + length
+        next_step, next_hb, index = start + cfg.step_s, start + cfg.heartbeat_s, 0
+        while True:
+            due = min(next_step, next_hb, end)
+            if due > self.stop_at:
+                return "stopped"  # the run is over while this job runs: leave it
+            await _sleep_until(due)
+            if due >= end:
+                break
+            if due == next_step:
+                ok = await self.call(http, "step", f"{base}/steps", {"lease_token": token, "step": {
+                    "index": index, "thought": "simulated step",
+                    "action": {"type": "click", "x": 10 + index, "y": 20},
+                    "latency_ms": 1500.0}})
+                index, next_step = index + 1, next_step + cfg.step_s
+            else:
+                ok = await self.call(http, "heartbeat", f"{base}/heartbeat",
+                                     {"lease_token": token})
+                next_hb += cfg.heartbeat_s
+            if ok is False and await self._lost(http, base, token):
+                return "lost"
+        done = await self.call(http, "complete", f"{base}/complete", {
+            "lease_token": token, "result": {"success": index % 2 == 0, "steps": index}})
+        return "lost" if done is False else "completed"
+
+    async def _lost(self, http: RawHttp | HttpxHttp, base: str, token: str) -> bool:
+        """After an error: is the lease gone (then drop the job)?"""
+        if await self.call(http, "heartbeat", f"{base}/heartbeat",
+                           {"lease_token": token}) is False:
+            self.tally.lost_leases += 1
+            return True
+        return False
+
+    def _held(self, start: float, end: float) -> None:
+        self.tally.held_s += overlap(start, min(end, self.stop_at), *self.cfg.window)
+
+    def _slot_window(self) -> None:
+        self.tally.slot_s += self.cfg.window[1] - self.cfg.window[0]
+
+
+async def _sleep_until(wall: float) -> None:
+    delay = wall - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _load_main(cfg: LoadConfig, out: Any) -> None:
+    slots = Slots(cfg)
+    tasks = [asyncio.create_task(slots.run_slot(s)) for s in cfg.slots]
+    hard_stop = cfg.window[1] + cfg.timeout_s + cfg.wait_s + 5  # then abandon stragglers
+    while not all(t.done() for t in tasks):
+        await asyncio.wait(tasks, timeout=cfg.report_every_s)
+        if time.time() > hard_stop:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        out.put(("tally", slots.tally.drain()))
+    for t in tasks:
+        if not t.cancelled() and t.exception() is not None:
+            out.put(("crash", repr(t.exception())))
+    out.put(("done", slots.tally.drain()))
+
+
+def load_process(cfg: LoadConfig, out: Any) -> None:
+    """Entry point of one load-generator process."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_load_main(cfg, out))

@@ -1,0 +1,58 @@
+"""The ``workers`` table: register and heartbeat (last seen shown on the status page)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from coda.contracts.master_api import WorkerRegister
+from coda.contracts.records import JobKind, Worker
+from master.db.pg import Conn
+from master.errors import WorkerNotFound
+
+_COLS = "id, name, host, slots, kinds, registered_at, last_heartbeat, busy_slots"
+
+
+def _worker(r: asyncpg.Record) -> Worker:
+    kinds = r["kinds"]
+    return Worker(id=r["id"], name=r["name"], host=r["host"], slots=r["slots"],
+                  kinds=[JobKind(k) for k in kinds.get("kinds", [])],
+                  apps=kinds.get("apps", []), registered_at=r["registered_at"],
+                  last_heartbeat=r["last_heartbeat"], busy_slots=r["busy_slots"])
+
+
+async def register(conn: Conn, spec: WorkerRegister, *, now: datetime) -> Worker:
+    row = await conn.fetchrow(
+        "insert into workers (id, name, host, slots, kinds, last_heartbeat) "
+        f"values ($1, $2, $3, $4, $5, $6) returning {_COLS}",
+        uuid.uuid4(), spec.name, spec.host, spec.slots,
+        {"kinds": [k.value for k in spec.kinds], "apps": spec.apps}, now)
+    return _worker(row)
+
+
+async def heartbeat(conn: Conn, worker_id: uuid.UUID, *, busy_slots: int,
+                    now: datetime) -> Worker:
+    row = await conn.fetchrow(
+        "update workers set last_heartbeat = $3, busy_slots = least($2, slots) "
+        f"where id = $1 returning {_COLS}", worker_id, busy_slots, now)
+    if row is None:
+        raise WorkerNotFound(str(worker_id))
+    return _worker(row)
+
+
+async def exists(conn: Conn, worker_id: uuid.UUID) -> bool:
+    return await conn.fetchval("select 1 from workers where id = $1", worker_id) is not None
+
+
+async def list_workers(conn: Conn, limit: int = 200) -> list[Worker]:
+    rows = await conn.fetch(
+        f"select {_COLS} from workers order by last_heartbeat desc nulls last limit $1", limit)
+    return [_worker(r) for r in rows]
+
+
+async def alive(conn: Conn, *, now: datetime, within_s: float) -> int:
+    """Workers whose last heartbeat is at most ``within_s`` old."""
+    return int(await conn.fetchval("select count(*) from workers where last_heartbeat > $1",
+                                   now - timedelta(seconds=within_s)) or 0)
