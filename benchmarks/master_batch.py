@@ -127,7 +127,7 @@ def measure(master: Master, tasks: int) -> dict[str, Any]:
                          "probes": prober.during(t0, t1)}
         if status >= 500:
             results[name]["response"] = text
-        log.info("submission measured", what=name, status=status, seconds=round(t1 - t0, 2),
+        log.info("bench.submission_measured", what=name, status=status, seconds=round(t1 - t0, 2),
                  healthz_max_ms=results[name]["probes"]["healthz"]["max_ms"],
                  heartbeat_max_ms=results[name]["probes"]["heartbeat"]["max_ms"])
     prober.stop.set()
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"label": args.label, "tasks": args.tasks, **measure(master, args.tasks)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    log.info("batch benchmark done", out=str(args.out))
+    log.info("bench.batch_done", out=str(args.out))
     return 0
 
 

@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             need = int(args.slots * (total / args.episode_s + 2) * 1.2) + 100
             t = time.monotonic()
             batch_ids = submit_episodes(master, need)
-            log.info("episodes submitted", episodes=need, batches=len(batch_ids),
+            log.info("bench.episodes_submitted", episodes=need, batches=len(batch_ids),
                      seconds=round(time.monotonic() - t, 1))
             try:
                 doc = drive(args, master, ramp=ramp, warmup=warmup)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    log.info("load benchmark done", out=str(args.out), slots=doc["slots"],
+    log.info("bench.load_done", out=str(args.out), slots=doc["slots"],
              requests_per_s=doc["requests_per_s"], p50_ms=doc["p50_ms"], p99_ms=doc["p99_ms"],
              errors=doc["errors"], utilization=doc["utilization"])
     return 0

@@ -235,7 +235,7 @@ def drive(args: argparse.Namespace, master: Master, *, ramp: float,
 def _progress(agg: Aggregate, now: float, t0: float, window: tuple[float, float]) -> None:
     every = agg.all_latencies()
     phase = "warm-up" if now < window[0] else ("measuring" if now < window[1] else "stopping")
-    log.info("load progress", phase=phase, elapsed_s=round(now - t0, 1),
+    log.info("bench.load_progress", phase=phase, elapsed_s=round(now - t0, 1),
              measured_requests=len(every), p50_ms=rounded(percentile(every, 50)),
              p99_ms=rounded(percentile(every, 99)), errors=sum(agg.errors.values()),
              jobs_completed=agg.jobs_completed)

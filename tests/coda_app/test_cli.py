@@ -178,7 +178,7 @@ def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:
 
 def _log_lines(output: str) -> list[str]:
     plain = re.sub(r"\x1b\[[0-9;]*m", "", output)  # colours
-    return [line.strip() for line in plain.splitlines() if "master ready" in line]
+    return [line.strip() for line in plain.splitlines() if "master.ready" in line]
 
 
 @pytest.mark.slow
@@ -189,7 +189,7 @@ def test_up_logs_are_human_on_a_terminal_and_json_elsewhere(fresh_database_url,
     [line] = _log_lines(_up_output(env, *home, tty=True))
     assert line.split()[1:4] == ["[info", "]", "master"]  # time [level] event key=value
     [line] = _log_lines(_up_output(env, *home, tty=False))
-    assert json.loads(line)["event"] == "master ready"
+    assert json.loads(line)["event"] == "master.ready"
     [line] = _log_lines(_up_output(env, *home, "--log-format", "json", tty=True))
     assert json.loads(line)["level"] == "info"
     [line] = _log_lines(_up_output({**env, "CODA_LOG_FORMAT": "console"}, *home, tty=False))

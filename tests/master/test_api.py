@@ -179,7 +179,8 @@ async def test_judge_jobs_by_kind(admin, wclient, worker):
 
 def _group(version: str) -> Group:
     state = StateRef(step_index=2, instruction="plot x^2", app="KAlgebra",
-                     screenshot="sha256/ab/" + "a" * 64 + ".png")
+                     screenshot="sha256/ab/" + "a" * 64 + ".png", screen_width=1280,
+                     screen_height=800)
     return Group(state=state, target={"type": "click", "x": 10, "y": 20},
                  candidates=[Candidate(plan="Thought: click", reward=r, planner_version=version)
                              for r in (0.0, 0.5, 1.0)],

@@ -85,7 +85,8 @@ TEXT_CASES = [  # NUL in a stored string, a lone surrogate, in keys too
     ("admin", "/v1/models", f'{{"name": "m", "base_model": "b", "parent": "{SURROGATE}"}}',
      "parent"),
     ("worker", "/v1/groups", '{"group": ' + json.dumps(
-        {"state": {"step_index": 0, "instruction": "NUL", "app": "a", "screenshot": "k"},
+        {"state": {"step_index": 0, "instruction": "NUL", "app": "a", "screenshot": "k",
+                   "screen_width": 1280, "screen_height": 800},
          "target": {"type": "wait"}, "candidates": [{"plan": "p", "reward": 0}]}).replace(
         '"NUL"', f'"{NUL}"') + "}", "instruction"),
 ]
@@ -121,7 +122,8 @@ RANGE_CASES = [  # integers past their column, strings longer than theirs
     ("worker", "/v1/jobs/{job_id}/heartbeat", f'{{"lease_token": "{"t" * 65}"}}', "lease_token"),
     ("worker", "/v1/groups/lease", f'{{"planner_versions": ["{"v" * 201}"]}}', "planner_versions"),
     ("worker", "/v1/groups", '{"group": ' + json.dumps(
-        {"state": {"step_index": 0, "instruction": "i", "app": "a", "screenshot": "k"},
+        {"state": {"step_index": 0, "instruction": "i", "app": "a", "screenshot": "k",
+                   "screen_width": 1280, "screen_height": 800},
          "target": {"type": "wait"}, "candidates": [{"plan": "p", "reward": 0}],
          "planner_version": "v" * 300}) + "}", "planner_version"),
 ]

@@ -93,7 +93,7 @@ async def _lease_all(wclient: MasterClient, worker: Worker, kind: JobKind) -> li
 def _group(episode: uuid.UUID, step: int, rewards: list[float],
            version: str | None) -> dict[str, Any]:
     state = StateRef(episode_id=episode, step_index=step, instruction="plot", app="KAlgebra",
-                     screenshot=KEY)
+                     screenshot=KEY, screen_width=1280, screen_height=800)
     group = Group(state=state, target={"type": "hotkey", "keys": ["ctrl", "s"]},
                   candidates=[Candidate(plan=f"Thought: {r}", reward=r, planner_version=version)
                               for r in rewards], planner_version=version)

@@ -131,7 +131,7 @@ async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothi
     state = ckpt.read_state(ckpt.latest_checkpoint(cfg.checkpoint_dir))  # type: ignore[arg-type]
     assert state.update == 1 and len(state.pending_acks) == 2
     trained_first = set(state.trained)
-    await asyncio.sleep(1.5)  # the leases run out and someone else leases the groups
+    master.advance_clock(1.5)  # the leases run out and someone else leases the groups
     async with MasterClient(master.url, token=master.admin_token) as m:
         taken = (await m.lease_groups(GroupLeaseRequest(max_groups=2, ttl_s=1))).items
     assert {str(g.id) for g in taken} == trained_first
@@ -139,7 +139,7 @@ async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothi
     second = Trainer(cfg)
     await second.start()  # the pending acks: their tokens are no longer valid (409)
     reports = await second.run(max_updates=1)  # trains the two other groups
-    await asyncio.sleep(1.2)  # the other lease runs out: the trained groups come back
+    master.advance_clock(1.2)  # the other lease runs out: the trained groups come back
     again = await second.run_once()
     await second.aclose()
     assert len(reports) == 1 and reports[0].trained == 2
