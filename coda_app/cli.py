@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import httpx
 import typer
+from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
@@ -247,9 +248,10 @@ def up(
             from coda_app.stack import Stack, StackConfig
 
             stack = Stack(StackConfig(
-                home=home, master_url=url, admin_token=tokens["admin_token"],
-                worker_token=tokens["worker_token"], service_token=tokens["service_token"],
-                service_admin_token=tokens["service_admin_token"],
+                home=home, master_url=url, admin_token=SecretStr(tokens["admin_token"]),
+                worker_token=SecretStr(tokens["worker_token"]),
+                service_token=SecretStr(tokens["service_token"]),
+                service_admin_token=SecretStr(tokens["service_admin_token"]),
                 models=models,  # type: ignore[arg-type]
                 model_dirs={"planner": planner_model, "executor": executor_model,
                             "judge": judge_model},

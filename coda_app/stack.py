@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import SecretStr
+
 from coda.logging import get_logger
 from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess
@@ -62,10 +64,10 @@ class ModelChoice:
 class StackConfig:
     home: Path
     master_url: str
-    admin_token: str
-    worker_token: str
-    service_token: str
-    service_admin_token: str
+    admin_token: SecretStr
+    worker_token: SecretStr
+    service_token: SecretStr
+    service_admin_token: SecretStr
     models: ModelsMode = "tiny"
     model_dirs: dict[str, str | None] = field(default_factory=dict)
     model_urls: dict[str, str | None] = field(default_factory=dict)
@@ -117,7 +119,7 @@ def uses_tiny(choices: dict[str, ModelChoice]) -> bool:
 
 def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
     common: dict[str, Any] = {"artifacts_url": str(cfg.artifacts),
-                              "inference_tokens": cfg.service_token,
+                              "inference_tokens": [cfg.service_token],
                               "admin_token": cfg.service_admin_token}
     tiny = choice.is_tiny
     if tiny:
@@ -193,13 +195,14 @@ class Stack:
 
     def _worker_env(self) -> dict[str, str]:
         env = {"CODA_WORKER_MASTER_URL": self.cfg.master_url,
-               "CODA_WORKER_TOKEN": self.cfg.worker_token, "CODA_WORKER_NAME": "local",
+               "CODA_WORKER_TOKEN": self.cfg.worker_token.get_secret_value(),
+               "CODA_WORKER_NAME": "local",
                "CODA_WORKER_SLOTS": str(self.cfg.slots), "CODA_WORKER_JOB_SLOTS": "1",
                "CODA_WORKER_SLOT_ROOT": str(self.cfg.home / "desktops"),
                "CODA_WORKER_PLANNER_URL": self.url("planner"),
                "CODA_WORKER_EXECUTOR_URL": self.url("executor"),
                "CODA_WORKER_JUDGE_URL": self.url("judge"),
-               "CODA_WORKER_SERVICE_TOKEN": self.cfg.service_token,
+               "CODA_WORKER_SERVICE_TOKEN": self.cfg.service_token.get_secret_value(),
                "CODA_LOG_FORMAT": "json"}
         if uses_tiny(self.choices):  # keep the tiny model's garbage short
             env.update({"CODA_WORKER_MAX_TOKENS": "32", "CODA_WORKER_EXECUTOR_MAX_TOKENS": "32",
@@ -213,12 +216,12 @@ class Stack:
         base = planner.model if planner.backend == "transformers" else str(
             tiny_model_dir(self.cfg.home))
         return {"CODA_TRAINER_MASTER_URL": self.cfg.master_url,
-                "CODA_TRAINER_MASTER_TOKEN": self.cfg.admin_token,
+                "CODA_TRAINER_MASTER_TOKEN": self.cfg.admin_token.get_secret_value(),
                 "CODA_TRAINER_MODEL": base,
                 "CODA_TRAINER_ARTIFACTS_URL": str(self.cfg.artifacts),
                 "CODA_TRAINER_CHECKPOINT_DIR": str(self.cfg.home / "trainer"),
                 "CODA_TRAINER_PLANNER_URLS": json.dumps([self.url("planner")]),
-                "CODA_TRAINER_PLANNER_TOKEN": self.cfg.service_admin_token,
+                "CODA_TRAINER_PLANNER_TOKEN": self.cfg.service_admin_token.get_secret_value(),
                 "CODA_TRAINER_GROUPS_PER_UPDATE": "2", "CODA_TRAINER_DEVICE": "cpu",
                 "CODA_TRAINER_MAX_PIXELS": str(56 * 56), "CODA_TRAINER_LORA_RANK": "4",
                 "CODA_TRAINER_LOG_LEVEL": "INFO", "CODA_LOG_FORMAT": "json"}

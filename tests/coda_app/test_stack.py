@@ -6,6 +6,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from coda.contracts.master_api import StatusReport
 from coda.contracts.records import Batch, BatchProgress, BatchStatus, JobKind, Worker
 from coda.tasks import load_tasks
@@ -14,8 +16,9 @@ from coda_app.stack import TINY_DEMO_TASKS, StackConfig, choose_models
 
 
 def _cfg(tmp_path: Path, **kw: object) -> StackConfig:
-    return StackConfig(home=tmp_path, master_url="http://m", admin_token="a", worker_token="w",
-                       service_token="s", service_admin_token="sa", **kw)  # type: ignore[arg-type]
+    return StackConfig(home=tmp_path, master_url="http://m", admin_token=SecretStr("a"),
+                       worker_token=SecretStr("w"), service_token=SecretStr("s"),
+                       service_admin_token=SecretStr("sa"), **kw)  # type: ignore[arg-type]
 
 
 def test_models_come_from_urls_dirs_or_replays(tmp_path: Path) -> None:
