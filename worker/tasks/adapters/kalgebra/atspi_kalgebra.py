@@ -10,11 +10,10 @@ JSON object. Debian's KAlgebra (Qt 5) publishes, with ``QT_LINUX_ACCESSIBILITY_A
   own tabs List / Add / Variables / Viewport; the Add page has the function editor and OK;
 * the menus ``2D Graph`` (resolution: Poor, Normal, Fine, Very Fine; one checked) and
   ``3D Graph`` (style: Dots, Lines, Solid; one checked);
-* the 3D page's expression editor, the calculator's input line and the status bar, whose label
-  reads ``Result: <value>`` after a calculation.
+* the 3D page's expression editor and its view (screen box), the status bar.
 
 ``python3 atspi_kalgebra.py COMMAND [ARG]`` with COMMAND one of ``state``, ``tab INDEX``,
-``add2d EXPR``, ``add3d EXPR``, ``calc EXPR``, ``menu MENU ITEM``. Every command waits on
+``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``. Every command waits on
 the tree (never a fixed delay) up to ``CODA_KALGEBRA_TIMEOUT_S`` (20) seconds and exits 0
 with ``{"ok": true, ...}`` or 2 with ``{"ok": false, "error": "..."}``.
 """
@@ -285,20 +284,6 @@ def cmd_add3d(k: KAlgebra, expr: str) -> dict[str, Any]:
     return {"input3d": text_of(editor), "status": k.status()}
 
 
-def cmd_calc(k: KAlgebra, expr: str) -> dict[str, Any]:
-    """Calculate ``expr`` in the console; the status bar's ``Result: ...`` is the answer (its
-    text must differ from the label before: put something unique in ``expr``)."""
-    if k.current_tab() != 0:
-        cmd_tab(k, 0)
-    before = k.status()
-    editor = k.editor(k.pages()[0])
-    k.set_text(editor, expr)
-    k.press_return(editor)
-    label = wait(lambda: (s := k.status()) != before and s.startswith(("Result:", "Error"))
-                 and s, "the calculator's result")
-    return {"status": label}
-
-
 def _menu_entry(k: KAlgebra, menu: str, item: str) -> Any:
     for acc in walk(k.main, max_depth=6):
         if role(acc) == "menu item" and name(acc) == menu and acc.get_child_count():
@@ -332,8 +317,6 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs in the guest's syst
             out = cmd_add2d(k, argv[1])
         elif command == "add3d":
             out = cmd_add3d(k, argv[1])
-        elif command == "calc":
-            out = cmd_calc(k, argv[1])
         elif command == "menu":
             out = cmd_menu(k, argv[1], argv[2])
         else:
