@@ -1,6 +1,7 @@
 """Bundled ScienceBoard tasks on the real applications of the local slot image: two TeXstudio
 tasks set up from their task files, solved (and botched) by scripted actions sent through the
-agent and judged by their own checkers; a KAlgebra task's setup starts the real KAlgebra; the
+agent and judged by their own checkers; KAlgebra tasks' setup starts the real KAlgebra and runs
+its state steps through its own interface (solved tasks: ``test_kalgebra_tasks.py``); the
 image's GRASS GIS GUI starts."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Action, Hotkey, Press, TypeText
-from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, StepStatus, Verdict
+from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, Verdict
 from coda.tasks import load_task_file
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
@@ -80,22 +81,24 @@ def test_kalgebra_task_setup_starts_the_real_kalgebra(desktop: LocalDesktop) -> 
     assert report.ok, report.first_problem
     assert report.steps[0].func == "launch" and "KAlgebra" in report.steps[0].detail
     assert window(ctx.guest, "kalgebra") is not None
-    # Debian's KAlgebra has no state API (ScienceBoard patches one in): the checker says so
+    # nothing done: p is not defined, read from KAlgebra's Variables panel
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.UNDECIDED
-    assert outcome.results[0].status is CheckStatus.UNAVAILABLE
-    assert "KAlgebra state API" in outcome.results[0].detail
+    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.results[0].status is CheckStatus.FAIL
 
 
-def test_kalgebra_state_steps_report_unavailable_not_success(desktop: LocalDesktop) -> None:
-    task = load_task_file(TASKS / "KAlgebra" / "A-02.json")
+def test_kalgebra_state_steps_run_through_its_own_interface(desktop: LocalDesktop) -> None:
+    task = load_task_file(TASKS / "KAlgebra" / "B-03.json")
     funcs = [s.func for s in task.setup]
-    assert "tab" in funcs or "func_2d" in funcs, funcs
+    assert funcs == ["launch", "tab", "func_2d"], funcs
     desktop.reset()
-    report = run_setup(TaskContext.for_desktop(desktop, task))
-    problem = report.first_problem
-    assert problem is not None and problem.status is StepStatus.UNAVAILABLE
-    assert problem.func in ("tab", "func_2d")
+    ctx = TaskContext.for_desktop(desktop, task)
+    report = run_setup(ctx)
+    assert report.ok, report.first_problem
+    # the trifolium is still plotted: "delete it" is not done
+    outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
+    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert "1 curves" in outcome.results[0].detail
 
 
 def test_grass_gis_gui_starts_from_the_slot_image(desktop: LocalDesktop) -> None:

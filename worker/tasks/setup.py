@@ -31,7 +31,7 @@ from worker.tasks.context import StepError, TaskContext
 MAX_SLEEP_S = 300.0
 
 
-def _launch(ctx: TaskContext, step: SetupStep) -> str:
+def launch_step(ctx: TaskContext, step: SetupStep) -> str:
     p = params(step)
     if not p.get("command"):
         raise StepError(StepStatus.FAILED, "field 'command' is empty")
@@ -142,11 +142,11 @@ def _window(op: str) -> StepHandler:
 
 
 SCIENCEBOARD_STEPS: dict[str, StepHandler] = {
-    "launch": _launch, "execute": _execute, "touch": _touch, "opt": _opt,
+    "launch": launch_step, "execute": _execute, "touch": _touch, "opt": _opt,
     "download": _download_sb, "sleep": _sleep, "wait": _sleep,
 }
 OSWORLD_STEPS: dict[str, StepHandler] = {
-    "launch": _launch, "execute": _execute, "command": _execute, "sleep": _sleep,
+    "launch": launch_step, "execute": _execute, "command": _execute, "sleep": _sleep,
     "open": _open, "upload_file": _upload_file, "download": _download_osworld,
     "activate_window": _window("activate"), "close_window": _window("close"),
 }
@@ -167,7 +167,7 @@ def run_step(ctx: TaskContext, index: int, step: SetupStep) -> SetupStepResult:
     else:
         try:
             detail = handler(ctx, step) or ""
-            if step.wait and handler is not _launch and step.func not in ("sleep", "wait"):
+            if step.wait and step.func not in ("launch", "sleep", "wait"):
                 ctx.sleep(min(step.wait, MAX_SLEEP_S))
         except StepError as exc:
             status, detail = exc.status, exc.detail

@@ -1,0 +1,79 @@
+"""The task coverage report (library and ``coda tasks coverage``) on the bundled tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from worker.tasks.coverage import coverage, local_blocker
+from worker.tasks.coverage_cli import app
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "coverage-local.json"
+
+
+def installed(program: str) -> str | None:
+    return f"/usr/bin/{program}" if program in {"kalgebra", "calgebra", "dbus-daemon",
+                                                "texstudio", "pdflatex", "bibtex"} else None
+
+
+def test_kalgebra_reaches_the_target_with_the_reasons_for_the_rest() -> None:
+    report = coverage(TASKS, which=installed)
+    kalgebra = next(a for a in report.apps if a.app == "KAlgebra")
+    assert (kalgebra.tasks, kalgebra.loaded, kalgebra.implemented) == (31, 31, 31)
+    assert kalgebra.runnable >= 25
+    assert sorted(n for names in kalgebra.reasons.values() for n in names) == [
+        "VM/KAlgebra/A-01", "VM/KAlgebra/B-04"]
+    assert report.total.tasks == sum(a.tasks for a in report.apps) == 102
+    assert report.total.runnable == sum(a.runnable for a in report.apps)
+    chimerax = next(a for a in report.apps if a.app == "ChimeraX")
+    assert chimerax.runnable == 0 and "not in Debian" in next(iter(chimerax.reasons))
+
+
+def test_a_missing_program_is_the_reason() -> None:
+    report = coverage(TASKS / "VM" / "KAlgebra", which=lambda p: None)
+    (entry,) = report.apps
+    assert entry.runnable == 0
+    assert any("not installed here: kalgebra" in r for r in entry.reasons)
+
+
+def test_unknown_steps_and_files_that_do_not_load_are_counted(tmp_path: Path) -> None:
+    (tmp_path / "Odd").mkdir()
+    (tmp_path / "Odd" / "bad.json").write_text("{not json")
+    task = json.loads((TASKS / "VM" / "KAlgebra" / "C-01.json").read_text())
+    task["initialize"].append({"func": "teleport"})
+    (tmp_path / "Odd" / "step.json").write_text(json.dumps(task))
+    report = coverage(tmp_path, which=installed)
+    assert (report.total.tasks, report.total.loaded, report.total.implemented) == (2, 1, 0)
+    reasons = " | ".join(report.total.reasons)
+    assert "does not load" in reasons and "setup step 'teleport'" in reasons
+
+
+def test_launch_of_an_app_missing_from_the_image_blocks_a_task() -> None:
+    from coda.tasks import load_task_file
+
+    task = load_task_file(TASKS / "VM" / "TeXstudio" / "B-02.json")
+    assert "celestia" in (local_blocker(task, installed) or "")
+
+
+def test_cli_prints_the_table_and_json(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, [str(TASKS), "--provider", "local", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["provider"] == "local" and data["total"]["tasks"] == 102
+    target = tmp_path / "c.json"
+    out = runner.invoke(app, [str(TASKS), "--json", str(target)])
+    assert out.exit_code == 0, out.output
+    assert "real verdict here" in out.output and "KAlgebra" in out.output
+    assert json.loads(target.read_text())["total"]["tasks"] == 102
+    bad = runner.invoke(app, [str(tmp_path / "nowhere")])
+    assert bad.exit_code != 0
+
+
+def test_committed_local_figures_are_the_local_image_s() -> None:
+    committed = json.loads(RESULTS.read_text())
+    fresh = coverage(TASKS, which=installed)
+    assert committed["apps"] == fresh.model_dump()["apps"]

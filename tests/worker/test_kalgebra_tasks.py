@@ -1,0 +1,113 @@
+"""ScienceBoard's KAlgebra tasks on Debian's KAlgebra in a local slot, judged by their own
+checkers read from the real application (its accessibility tree, ``calgebra``): for checker
+types ``val``, ``stop``, ``eqn`` (2D points, 2D resolution, 3D points, 3D style) a scripted right
+solution succeeds and a scripted wrong one fails. Solutions type into KAlgebra's console with
+keys sent through the guest agent, or use KAlgebra's own panels and menus through the tree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coda.actions import Hotkey, Press, TypeText
+from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, Verdict
+from coda.tasks import load_task_file
+from worker.providers.local import LocalDesktop
+from worker.tasks import TaskContext, run_checkers, run_setup
+from worker.tasks.adapters.kalgebra import desktop as kdesktop
+
+from .helpers import wait_until
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "KAlgebra"
+
+Solution = Callable[[LocalDesktop, TaskContext], EpisodeEnd]
+
+
+def console(*lines: str, variable: str, from_tab: bool = False) -> Solution:
+    """Type each line into the calculator's console (it has the focus after launch; from
+    another tab, Alt+C shows the Calculator tab and focuses it), then wait until ``variable``
+    is in the Variables panel."""
+    def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
+        if from_tab:
+            assert desktop.act(Hotkey(keys=["alt", "c"])).ok
+            wait_until(lambda: kdesktop.helper(ctx, "state")["tab"] == 0, "the Calculator tab")
+        for line in lines:
+            for action in (TypeText(text=line), Press(key="enter")):
+                result = desktop.act(action)
+                assert result.ok, result.error
+        wait_until(lambda: variable in dict(kdesktop.helper(ctx, "state")["variables"]),
+                   f"{variable} in KAlgebra's Variables panel")
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def ui(*commands: tuple[str, ...]) -> Solution:
+    """KAlgebra's own panels and menus, driven through its accessibility tree."""
+    def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
+        for command in commands:
+            kdesktop.helper(ctx, *command)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def answer(text: str) -> Solution:
+    def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
+        return EpisodeEnd(kind="ANS", answer=text)
+    return solve
+
+
+# task: (checker types, right solution, wrong solution)
+CASES: dict[str, tuple[list[str], Solution, Solution]] = {
+    # log_2(3) into p
+    "C-01": (["val"], console("p:=log(3)/log(2)", variable="p"),
+             console("p:=log(2)/log(3)", variable="p")),
+    # the area of the ellipse the setup plots (func_2d), into area
+    "D-02": (["val"], console("area:=pi*3*4", variable="area", from_tab=True),
+             console("area:=pi*3*3", variable="area", from_tab=True)),
+    # Fibonacci f(24), answered
+    "C-03": (["stop"], answer("46368"), answer("46367")),
+    # plot x^2 in the 2D tab
+    "B-01": (["eqn"], ui(("tab", "1"), ("add2d", "x->x^2")),
+             ui(("tab", "1"), ("add2d", "x->x^3"))),
+    # the given curve (setup) in Very Fine resolution
+    "B-05": (["eqn"], ui(("menu", "2D Graph", "Very Fine")), ui(("menu", "2D Graph", "Fine"))),
+    # a sphere of diameter 2*sqrt(2) in the 3D tab
+    "C-14": (["eqn"], ui(("add3d", "x^2+y^2+z^2=8")), ui(("add3d", "x^2+y^2+z^2=4"))),
+    # the given surface (setup, func_3d) drawn with lines
+    "B-06": (["eqn"], ui(("menu", "3D Graph", "Lines")), ui(("menu", "3D Graph", "Dots"))),
+}
+
+
+def _run(desktop: LocalDesktop, name: str, solution: Solution) -> CheckOutcome:
+    task = load_task_file(TASKS / f"{name}.json")
+    desktop.reset()
+    ctx = TaskContext.for_desktop(desktop, task)
+    report = run_setup(ctx)
+    assert report.ok, report.first_problem
+    end = solution(desktop, ctx)
+    return run_checkers(ctx, end)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kalgebra_task_solved_on_the_real_kalgebra(desktop: LocalDesktop, name: str) -> None:
+    types, right, _ = CASES[name]
+    outcome = _run(desktop, name, right)
+    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert [r.type for r in outcome.results] == types
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kalgebra_task_with_a_wrong_solution_fails(desktop: LocalDesktop, name: str) -> None:
+    _, _, wrong = CASES[name]
+    outcome = _run(desktop, name, wrong)
+    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert any(r.status is CheckStatus.FAIL for r in outcome.results)
+
+
+def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) -> None:
+    """A-01 wants p = ``1+-i``: the Variables panel shows a number's real part only."""
+    outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
+    assert outcome.verdict is Verdict.UNDECIDED, outcome
+    assert outcome.results[0].status is CheckStatus.UNAVAILABLE

@@ -1,0 +1,305 @@
+"""KAlgebra without ScienceBoard's patched build: Debian's KAlgebra driven and read through its
+accessibility tree, points calculated by ``calgebra`` (the same Analitza library).
+
+* ``launch`` starts a D-Bus session bus for the application (AT-SPI lives on it; the address
+  goes to ``~/.coda/kalgebra-bus`` in the guest so every later step and checker finds it),
+  uploads the tree helper (:mod:`atspi_kalgebra`) and starts KAlgebra with Qt's accessibility
+  on; it returns when the main window is in the tree.
+* ``tab`` presses the tab button, ``func_2d`` fills the Functions panel's Add page and presses
+  OK (done when the list has one more function), ``func_3d`` types into the 3D tab's editor and
+  presses Return.
+* State read for the checkers: the Variables panel (name and value of every variable), the
+  Functions panel (every 2D plot as the user typed it), the checked items of the 2D Graph menu
+  (resolution) and 3D Graph menu (style), the 3D editor's text.
+* What the panels cannot show stays *unavailable*: a curve's colour; a number variable that a
+  ``var`` checker compares with non-number text (the panel shows a number's real part only, so
+  ``1+-i`` cannot be told from ``1``); the 3D surface unless re-plotting the 3D editor's text
+  leaves the 3D view exactly as it was (the editor may hold text that was never plotted).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageChops
+
+from coda.contracts.desktop import CheckStatus, StepStatus
+from coda.logging import get_logger
+from coda.tasks import SetupStep
+from worker.providers.client import GuestError
+from worker.tasks.adapters.base import params
+from worker.tasks.adapters.kalgebra import points
+from worker.tasks.context import CheckError, StepError, TaskContext
+
+log = get_logger(__name__)
+
+HELPER = Path(__file__).with_name("atspi_kalgebra.py")
+GUEST_DIR = "/home/user/.coda"
+BUS_FILE = f"{GUEST_DIR}/kalgebra-bus"
+HELPER_PATH = f"{GUEST_DIR}/atspi_kalgebra.py"
+CALC_PATH = f"{GUEST_DIR}/kalgebra-points.kal"
+SYSTEM_PYTHON = "/usr/bin/python3"
+PATCHED_BINARY = "/app/bin/kalgebra"
+HELPER_TIMEOUT_S = 60.0
+VIEW_SETTLE_S = 1.0
+VIEW_TIMEOUT_S = 30.0
+A11Y_ENV = "QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 QT_ACCESSIBILITY=1"
+
+
+class Unreadable(RuntimeError):
+    pass
+
+
+def wants_desktop_mode(ctx: TaskContext, command: str) -> bool:
+    """The launch command starts a KAlgebra other than ScienceBoard's patched build."""
+    return PATCHED_BINARY not in ctx.rw(command)
+
+
+def bus_address(ctx: TaskContext) -> str | None:
+    """The session bus the task's KAlgebra runs on (None: not started by this adapter)."""
+    if "kalgebra_bus" not in ctx.scratch:
+        data = ctx.guest.read_file(ctx.rw(BUS_FILE))
+        if data is None:
+            return None
+        ctx.scratch["kalgebra_bus"] = data.decode().strip()
+    bus: str = ctx.scratch["kalgebra_bus"]
+    return bus
+
+
+def helper(ctx: TaskContext, *args: str, timeout: float = HELPER_TIMEOUT_S) -> dict[str, Any]:
+    bus = bus_address(ctx)
+    if bus is None:
+        raise Unreadable("KAlgebra was not started with its accessibility bus")
+    argv = " ".join(shlex.quote(a) for a in args)
+    out = ctx.guest.execute(
+        f"DBUS_SESSION_BUS_ADDRESS={shlex.quote(bus)} {SYSTEM_PYTHON} "
+        f"{shlex.quote(ctx.rw(HELPER_PATH))} {argv}", shell=True, timeout=timeout + 10)
+    try:
+        reply = json.loads(out.get("output") or "")
+    except ValueError:
+        raise Unreadable(f"KAlgebra's accessibility helper failed: "
+                         f"{str(out.get('error', ''))[-300:]}") from None
+    if not reply.get("ok"):
+        raise Unreadable(f"KAlgebra's accessibility tree: {reply.get('error')}")
+    return dict(reply)
+
+
+# setup steps ---------------------------------------------------------------------------------
+
+def launch(ctx: TaskContext, step: SetupStep, generic: Any) -> str:
+    p = params(step)
+    guest_dir = ctx.rw(GUEST_DIR)
+    made = ctx.guest.execute(f"mkdir -p {shlex.quote(guest_dir)} && dbus-daemon --session "
+                             f"--fork --print-address=1", shell=True, timeout=30)
+    bus = str(made.get("output", "")).strip().splitlines()
+    if made.get("returncode") != 0 or not bus:
+        raise StepError(StepStatus.FAILED, f"no D-Bus session bus for KAlgebra's accessibility "
+                                           f"tree (dbus-daemon: {made.get('error', '')[-200:]})")
+    ctx.scratch["kalgebra_bus"] = bus[0]
+    ctx.guest.upload(ctx.rw(BUS_FILE), bus[0].encode())
+    ctx.guest.upload(ctx.rw(HELPER_PATH), HELPER.read_bytes())
+    command = f"env DBUS_SESSION_BUS_ADDRESS={shlex.quote(bus[0])} {A11Y_ENV} {p['command']}"
+    detail = generic(ctx, step.model_copy(update={"command": command, "shell": True}))
+    try:
+        helper(ctx, "state")
+    except (Unreadable, GuestError) as exc:
+        raise StepError(StepStatus.FAILED, f"KAlgebra started but its accessibility tree "
+                                           f"cannot be read: {exc}") from exc
+    log.info("kalgebra.launched", bus=bus[0])
+    return f"{detail}; accessibility tree readable"
+
+
+def _step(ctx: TaskContext, *args: str) -> dict[str, Any]:
+    try:
+        return helper(ctx, *args)
+    except Unreadable as exc:
+        raise StepError(StepStatus.FAILED, str(exc)) from exc
+
+
+def step_tab(ctx: TaskContext, index: int) -> str:
+    _step(ctx, "tab", str(index))
+    return f"KAlgebra tab {index} shown"
+
+
+def step_func_2d(ctx: TaskContext, expr: str) -> str:
+    reply = _step(ctx, "add2d", expr)
+    return f"2D plot added ({len(reply['functions'])} in the list)"
+
+
+def step_func_3d(ctx: TaskContext, expr: str) -> str:
+    reply = _step(ctx, "add3d", expr)
+    if reply.get("input3d") != expr:
+        raise StepError(StepStatus.FAILED, f"the 3D editor shows {reply.get('input3d')!r}")
+    ctx.scratch["kalgebra_setup_3d"] = expr
+    return "3D plot requested"
+
+
+# state -----------------------------------------------------------------------------------------
+
+def _check(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Unreadable as exc:
+        raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
+
+
+def state(ctx: TaskContext) -> dict[str, Any]:
+    """The application's state, read once per evaluation."""
+    if "kalgebra_state" not in ctx.scratch:
+        ctx.scratch["kalgebra_state"] = _check(helper, ctx, "state")
+    st: dict[str, Any] = ctx.scratch["kalgebra_state"]
+    return st
+
+
+def variables(ctx: TaskContext) -> dict[str, str]:
+    return {name: value for name, value in state(ctx)["variables"]}
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def number_text(value: float) -> str:
+    """Analitza's text of a real number (12 significant digits)."""
+    text = f"{value:.12g}"
+    return text
+
+
+def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
+    """The variable's text as Analitza writes it, None when it is not defined."""
+    shown = variables(ctx).get(key)
+    if shown is None or not is_number(shown):
+        return shown
+    if not is_number(expected):
+        raise CheckError(CheckStatus.UNAVAILABLE,
+                         f"{key} is a number in the Variables panel, which shows only a number's "
+                         f"real part: it cannot be compared with {expected!r}")
+    return number_text(float(shown))
+
+
+def calculate(ctx: TaskContext, blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """Analitza's results (text) of ``calls`` with ``f`` bound to each block's definition and
+    the calculator's variables defined, through ``calgebra`` in the guest."""
+    lines = [f"{name}:={value}" for name, value in variables(ctx).items()
+             if name not in points.UNASSIGNABLE]
+    for definition, calls in blocks:
+        lines.append(f"f:={definition}")
+        lines.extend(calls)
+    path = ctx.rw(CALC_PATH)
+    ctx.guest.upload(path, ("\n".join(lines) + "\n").encode())
+    out = ctx.guest.execute(f"calgebra --calculate < {shlex.quote(path)}", shell=True,
+                            timeout=120)
+    if out.get("returncode") not in (0, None):
+        raise CheckError(CheckStatus.UNAVAILABLE, f"calgebra failed: {out.get('error')}")
+    results = parse_session(str(out.get("error", "")), lines)
+    answers: list[list[str]] = []
+    index = len(lines) - sum(1 + len(c) for _, c in blocks)
+    for _, calls in blocks:
+        index += 1
+        answers.append(results[index:index + len(calls)])
+        index += len(calls)
+    return answers
+
+
+def parse_session(output: str, lines: list[str]) -> list[str]:
+    """One result text per input line of a ``calgebra`` session, from its standard error (where
+    it writes results; the prompts go to standard output): a result is one line, an error is
+    ``Error:`` followed by `` - reason`` lines; the session ends with ``Exit.``."""
+    results: list[str] = []
+    for row in output.splitlines():
+        if row.startswith(" - ") and results:
+            results[-1] += "\n" + row
+        elif row.strip() and row.strip() != "Exit.":
+            results.append(row.strip())
+    if len(results) != len(lines):
+        raise CheckError(CheckStatus.UNAVAILABLE,
+                         f"calgebra answered {len(results)} results for {len(lines)} lines")
+    return results
+
+
+def plots_2d(ctx: TaskContext, pts: list[list[Any]],
+             wanted: dict[str, Any]) -> list[dict[str, Any]]:
+    st = state(ctx)
+    if "color" in wanted:
+        raise CheckError(CheckStatus.UNAVAILABLE, "a curve's colour is not in KAlgebra's "
+                                                  "accessibility tree")
+    blocks, plots = [], []
+    for _, display in st["functions"]:
+        try:
+            definition, queries = points.queries_2d(points.plot_expression(display, 2), pts)
+        except points.Unreadable as exc:
+            raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
+        blocks.append((definition, [q.call for q in queries]))
+        plots.append((display, queries))
+    results = calculate(ctx, blocks) if pts and blocks else [[] for _ in blocks]
+    out = []
+    for (display, queries), texts in zip(plots, results, strict=True):
+        answer = points.answers(queries, texts)
+        answer.update(expr=display, res=points.RESOLUTIONS.get(st.get("resolution") or "", 0))
+        out.append(answer)
+    return out
+
+
+def _view(ctx: TaskContext, box: list[int]) -> Image.Image:
+    """The 3D view once it has not changed for ``VIEW_SETTLE_S`` (its lower edge left out:
+    the editor's tooltip can cover it)."""
+    x, y, w, h = box
+    area = (x, y, x + w, y + int(h * 0.85))
+    deadline = time.monotonic() + VIEW_TIMEOUT_S
+    last = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
+        if ImageChops.difference(now, last).getbbox() is not None:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= VIEW_SETTLE_S:
+            return now
+    raise CheckError(CheckStatus.UNAVAILABLE, "the 3D view kept changing")
+
+
+def surface(ctx: TaskContext) -> str:
+    """The plotted 3D surface's text, proven by re-plotting the editor's text."""
+    if "kalgebra_surface" in ctx.scratch:
+        text: str = ctx.scratch["kalgebra_surface"]
+        return text
+    st = state(ctx)
+    typed = str(st.get("input3d") or "")
+    if not typed:
+        raise CheckError(CheckStatus.UNAVAILABLE, "the 3D editor is empty: which surface is "
+                                                  "plotted cannot be read")
+    _check(helper, ctx, "tab", "2")
+    box = _check(helper, ctx, "state")["view3d"]
+    if box[2] * box[3] == 0:
+        raise CheckError(CheckStatus.UNAVAILABLE, "the 3D view is not on the screen")
+    before = _view(ctx, box)
+    _check(helper, ctx, "add3d", typed)
+    after = _view(ctx, box)
+    if ImageChops.difference(before, after).getbbox() is not None:
+        raise CheckError(CheckStatus.UNAVAILABLE, "the 3D view changed when the 3D editor's "
+                                                  "text was plotted: the plotted surface is "
+                                                  "not the editor's text")
+    ctx.scratch["kalgebra_surface"] = typed
+    return typed
+
+
+def plot_3d(ctx: TaskContext, pts: list[list[Any]]) -> dict[str, Any]:
+    st = state(ctx)
+    display = surface(ctx)
+    try:
+        definition, queries = points.queries_3d(points.plot_expression(display, 3), pts)
+    except points.Unreadable as exc:
+        raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
+    texts = calculate(ctx, [(definition, [q.call for q in queries])])[0] if pts else []
+    answer = points.answers(queries, texts)
+    answer.update(expr=display, style=points.STYLES.get(st.get("style") or "", 0))
+    return answer

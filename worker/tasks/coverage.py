@@ -1,0 +1,181 @@
+"""Which tasks of a folder can run with a real verdict on a provider: per application and in
+total, how many load, how many have every setup step and checker implemented, and how many can
+run here with a checker's verdict (the application installed, its state readable), with the
+reason for each one that cannot.
+
+The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's files and
+``/tex/check``; KAlgebra's accessibility tree and ``calgebra`` except a curve's colour and a
+number variable compared with non-number text (a complex value: the panel shows its real part);
+ChimeraX, Lean and the other applications need ScienceBoard's images (ChimeraX and Celestia are
+not in Debian, GRASS's tasks need data sets and a patched GUI, Lean needs their Lean project).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from coda.tasks import TaskFormat, TaskSpec, load_task_file
+from worker.providers.image import SCIENCEBOARD_IMAGE
+from worker.tasks.adapters import app_checker, app_step
+from worker.tasks.checkers import GENERIC_CHECKERS
+from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
+
+BUILTIN_CHECKERS = frozenset({"stop", "osworld"})
+# what each application needs on this host for a real verdict on the local provider
+LOCAL_NEEDS: dict[str, tuple[str, ...]] = {
+    "kalgebra": ("kalgebra", "calgebra", "dbus-daemon", "/usr/bin/python3"),
+    "texstudio": ("texstudio", "pdflatex", "bibtex"),
+}
+LOCAL_ABSENT: dict[str, str] = {
+    "chimerax": "ChimeraX is not in Debian: its tasks need ScienceBoard's image",
+    "celestia": "Celestia is not in Debian: its tasks need ScienceBoard's image",
+    "grass": "GRASS GIS tasks need ScienceBoard's data sets and patched GUI",
+    "lean": "Lean tasks need ScienceBoard's Lean project (their image)",
+}
+
+
+class AppCoverage(BaseModel):
+    app: str
+    tasks: int = 0
+    loaded: int = 0
+    implemented: int = 0
+    runnable: int = 0
+    reasons: dict[str, list[str]] = Field(default_factory=dict,
+                                          description="reason -> task names")
+
+
+class CoverageReport(BaseModel):
+    provider: str
+    folder: str
+    apps: list[AppCoverage]
+    total: AppCoverage
+
+
+@dataclass
+class _Counter:
+    apps: dict[str, AppCoverage] = field(default_factory=dict)
+
+    def app(self, name: str) -> AppCoverage:
+        return self.apps.setdefault(name.lower(), AppCoverage(app=name))
+
+
+def missing_pieces(task: TaskSpec) -> list[str]:
+    """Setup steps and checkers of ``task`` this project does not implement."""
+    out = []
+    for step in task.setup:
+        known = (OSWORLD_STEPS.get(step.func) if task.source.format is TaskFormat.OSWORLD
+                 else app_step(task.app, step.func) or SCIENCEBOARD_STEPS.get(step.func))
+        if known is None:
+            out.append(f"setup step {step.func!r}")
+    for ev in task.evaluators:
+        kind = ev.model_dump().get("type", "")
+        if (kind not in BUILTIN_CHECKERS and app_checker(task.app, kind) is None
+                and kind not in GENERIC_CHECKERS):
+            out.append(f"checker {kind!r}")
+    return out
+
+
+def _kalgebra_unreadable(item: dict[str, Any]) -> str | None:
+    kind, key, value = item.get("type"), item.get("key"), item.get("value")
+    if kind == "eqn" and isinstance(value, dict) and "color" in value:
+        return "a curve's colour is not in KAlgebra's accessibility tree"
+    if kind == "var" and value != "#UNDEF":
+        try:
+            float(str(value))
+        except ValueError:
+            return (f"var {key} = {value!r}: the Variables panel shows a number's real part "
+                    "only")
+    return None
+
+
+UNREADABLE: dict[str, Callable[[dict[str, Any]], str | None]] = {"kalgebra": _kalgebra_unreadable}
+
+
+def _missing_programs(app: str, which: Callable[[str], str | None]) -> list[str]:
+    return [p for p in LOCAL_NEEDS.get(app, ()) if which(p) is None and not Path(p).exists()]
+
+
+def launched_programs(task: TaskSpec) -> list[str]:
+    """The programs the task's ``launch`` steps start on a local slot (the image's command
+    rewrites applied, leading ``VAR=value`` assignments skipped)."""
+    out = []
+    for step in task.setup:
+        command = (step.model_extra or {}).get("command")
+        if step.func != "launch" or not isinstance(command, str):
+            continue
+        for old, new in SCIENCEBOARD_IMAGE.command_rewrites:
+            command = command.replace(old, new)
+        words = [w for w in command.split() if "=" not in w.split("/")[0]]
+        if words:
+            out.append(words[0])
+    return out
+
+
+def local_blocker(task: TaskSpec, which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """Why ``task`` cannot get a real verdict on the local provider (None: it can)."""
+    app = task.app.lower()
+    if app in LOCAL_ABSENT:
+        return LOCAL_ABSENT[app]
+    if app not in LOCAL_NEEDS:
+        return f"{task.app} is not on the local image"
+    missing = _missing_programs(app, which)
+    if missing:
+        return f"not installed here: {', '.join(missing)}"
+    if any(s.func.startswith("chimerax_") for s in task.setup):
+        return "its setup needs ChimeraX (not in Debian)"
+    for program in launched_programs(task):
+        if which(program) is None:
+            return f"its setup launches {program}, which is not on the local image"
+    rule = UNREADABLE.get(app)
+    for ev in task.evaluators:
+        reason = rule(ev.model_dump()) if rule is not None else None
+        if reason is not None:
+            return reason
+    return None
+
+
+def coverage(folder: Path, provider: str = "local",
+             which: Callable[[str], str | None] = shutil.which) -> CoverageReport:
+    """The report for every ``*.json`` task file under ``folder`` (the application is the task's
+    own, or the file's parent folder when it does not load)."""
+    counter = _Counter()
+    for path in sorted(folder.rglob("*.json")):
+        name = str(path.relative_to(folder).with_suffix(""))
+        try:
+            task = load_task_file(path)
+        except Exception as exc:  # any loading error is a reason
+            entry = counter.app(path.parent.name)
+            entry.tasks += 1
+            entry.reasons.setdefault(f"does not load: {str(exc).splitlines()[0][:80]}",
+                                     []).append(name)
+            continue
+        entry = counter.app(task.app)
+        entry.tasks += 1
+        entry.loaded += 1
+        missing = missing_pieces(task)
+        if missing:
+            entry.reasons.setdefault(f"not implemented: {', '.join(missing)}", []).append(name)
+            continue
+        entry.implemented += 1
+        blocker = local_blocker(task, which) if provider == "local" else (
+            f"provider {provider!r} is not assessed here")
+        if blocker is not None:
+            entry.reasons.setdefault(blocker, []).append(name)
+            continue
+        entry.runnable += 1
+    apps = sorted(counter.apps.values(), key=lambda a: a.app.lower())
+    total = AppCoverage(app="total")
+    for a in apps:
+        total.tasks += a.tasks
+        total.loaded += a.loaded
+        total.implemented += a.implemented
+        total.runnable += a.runnable
+        for reason, names in a.reasons.items():
+            total.reasons.setdefault(reason, []).extend(names)
+    return CoverageReport(provider=provider, folder=str(folder), apps=apps, total=total)
