@@ -80,10 +80,37 @@ def _register_service_clis() -> None:
                     raise  # a real import error inside CODA: reported as it is
                 missing = str(exc)
             else:
+                if name == "tasks":
+                    _add_coverage(sub)
                 app.add_typer(sub, name=name, help=help_text)
                 continue
         app.add_typer(_unavailable(name, missing), name=name,
                       help=f"{help_text} (not installed)")
+
+
+def _add_coverage(tasks: typer.Typer) -> None:
+    """``coda tasks coverage`` comes from the worker's task package (where setup steps and
+    checkers live), when it is installed."""
+    if importlib.util.find_spec("worker") is None:
+        return
+    from worker.tasks.coverage_cli import app as coverage_app
+
+    tasks.add_typer(coverage_app)
+
+
+def _local_coverage(home: Path) -> str | None:
+    """The bundled tasks' coverage on this machine's local image, written for the dashboard
+    (``home/coverage-local.json``); None on a master without the worker package."""
+    if importlib.util.find_spec("worker") is None:
+        return None
+    from worker.tasks.coverage import coverage
+
+    report = coverage(DEMO_TASKS, "local")
+    report.folder = "examples/scienceboard"
+    out = home / "coverage-local.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report.model_dump_json(indent=2) + "\n")
+    return str(out)
 
 
 def _unavailable(name: str, missing: str) -> typer.Typer:
@@ -239,7 +266,7 @@ def up(
         settings = MasterSettings(
             database_url=urls.database_url, redis_url=urls.redis_url,
             admin_token=tokens["admin_token"], worker_tokens=[tokens["worker_token"]],
-            artifacts_url=str(home / "artifacts"))
+            artifacts_url=str(home / "artifacts"), coverage_file=_local_coverage(home))
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port,
                                                log_config=None, access_log=False))
         url = f"http://{host}:{port}"
@@ -354,9 +381,9 @@ async def _submit_demo(url: str, token: str, rollouts: int, kind: str) -> None:
             console.print("demo batch already submitted (kept from the last start)")
             return
         if kind == "replay":
-            from coda_app.stack import REPLAY_TASK
+            from coda_app.stack import REPLAY_TASKS
 
-            tasks = load_tasks(REPLAY_TASK)
+            tasks = [t for path in REPLAY_TASKS for t in load_tasks(path)]
         elif kind == "tiny":
             from coda_app.stack import TINY_DEMO_TASKS
 

@@ -30,7 +30,10 @@ log = get_logger("coda_app.stack")
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAYS = ROOT / "examples" / "replays"
-REPLAY_TASK = ROOT / "examples" / "scienceboard" / "VM" / "TeXstudio" / "C-02.json"
+REPLAY_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.json"
+                for app, name in (("TeXstudio", "C-02"), ("KAlgebra", "C-01"))]
+"""The demo batch of ``--models replay``: the bundled tasks examples/replays/ has recordings for
+(``demo.<role>.json`` answers all of them)."""
 TINY_DEMO_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.json"
                    for app, name in (("TeXstudio", "B-01"), ("TeXstudio", "C-02"),
                                      ("KAlgebra", "A-01"))]
@@ -107,7 +110,7 @@ def choose_models(cfg: StackConfig) -> dict[str, ModelChoice]:
         elif given:
             out[role] = ModelChoice("transformers", given)
         elif cfg.models == "replay":
-            out[role] = ModelChoice("replay", str(REPLAYS / f"texstudio-C-02.{role}.json"))
+            out[role] = ModelChoice("replay", str(REPLAYS / f"demo.{role}.json"))
         else:
             out[role] = ModelChoice("transformers", str(tiny_model_dir(cfg.home)))
     return out

@@ -6,15 +6,18 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
+from coda.contracts.coverage import CoverageReport
 from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
@@ -36,9 +39,22 @@ from master.state import AppState
 log = get_logger("coda.master")
 
 
+def read_coverage(path: str | None) -> CoverageReport | None:
+    """The coverage report the dashboard shows; a file that cannot be read or is no report is
+    a clear refusal to start (naming the setting), not a dashboard without it."""
+    if path is None:
+        return None
+    try:
+        return CoverageReport.model_validate_json(Path(path).read_bytes())
+    except (OSError, ValidationError) as exc:
+        raise RuntimeError(f"CODA_COVERAGE_FILE={path}: not a coverage report "
+                           f"({type(exc).__name__}: {str(exc)[:300]})") from None
+
+
 def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) -> FastAPI:
     s = settings or MasterSettings()
     s.check_secrets()
+    coverage = read_coverage(s.coverage_file)
     holder: dict[str, AppState] = {}
 
     @contextlib.asynccontextmanager
@@ -52,7 +68,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         core = AppState(settings=s, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
-                        metrics=metrics)
+                        metrics=metrics, coverage=coverage)
         app.state.core = core
         app.state.settings = s
         holder["core"] = core

@@ -48,6 +48,9 @@ class MasterSettings(BaseSettings):
         default=False, description="tests only (needs dev): POST /v1/admin/clock moves this "
         "process's lease clock forward; never set it in production")
     public_status: bool = Field(default=True, description="status page and reads without a token")
+    coverage_file: str | None = Field(
+        default=None, description="a task coverage report (`coda tasks coverage DIR --json "
+        "FILE`) shown by the status page and the dashboard")
     artifacts_url: str = Field(default="./.coda/artifacts", description="fsspec URL")
     max_upload_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)

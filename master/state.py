@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from fastapi import Depends, Request
 
 from coda.artifacts import ArtifactStore
+from coda.contracts.coverage import CoverageReport
 from master.clock import Clock
 from master.metrics import MasterMetrics
 from master.queue.redis_queue import RedisQueue
@@ -25,6 +26,7 @@ class AppState:
     queue: RedisQueue
     store: ArtifactStore
     metrics: MasterMetrics | None = None
+    coverage: CoverageReport | None = None  # CODA_COVERAGE_FILE, read at start
     clock: Clock = field(default_factory=Clock)  # lease and heartbeat times
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGTERM / SIGINT
 

@@ -44,4 +44,5 @@ async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> Status
                         generated_at=core.clock.now(), batches=recent_batches, scores=scores,
                         workers=await worker_rows.list_workers(pg, limit=100),
                         queues=await queue_depths(core), recent_episodes=recent,
-                        training=training_rows.summarize(curve), training_curve=curve)
+                        training=training_rows.summarize(curve), training_curve=curve,
+                        coverage=core.coverage)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coda.contracts.coverage import CoverageReport
 from coda.contracts.records import (
     APP_MAX,
     DEFAULT_GROUP_SIZE,
@@ -314,3 +315,6 @@ class StatusReport(BaseModel):
     planner_version: str | None = Field(default=None,
                                         description="the current planner version (None: base)")
     judge_rates: list[JudgeRate] = Field(default_factory=list, description="per app")
+    coverage: CoverageReport | None = Field(
+        default=None, description="which task files can run with a real verdict on the "
+        "workers' image (`coda tasks coverage`, read from CODA_COVERAGE_FILE)")

@@ -12,6 +12,9 @@ A replay file is JSON::
                  ...],
      "default": null}
 
+A script may ``include`` other replay files (paths relative to it): their entries follow its
+own, so one script can answer several recorded tasks (``examples/replays/demo.*.json``).
+
 The entry answering a request is the first whose ``turn`` (when given) equals the number of
 past assistant turns in the messages (a final assistant message being continued does not count)
 and whose ``contains`` (when given) occurs in the messages' text. Its ``outputs`` are handed out
@@ -45,20 +48,29 @@ class ReplayScript(BaseModel):
     name: str = "replay"
     entries: list[ReplayEntry] = Field(default_factory=list)
     default: str | None = Field(default=None, description="answer when no entry matches")
+    include: list[str] = Field(default_factory=list,
+                               description="replay files whose entries follow these "
+                                           "(relative to this file)")
 
 
 class ReplayFileError(ValueError):
     """The replay file is missing or not a replay script."""
 
 
-def load_script(path: str | Path) -> ReplayScript:
-    p = Path(path)
+def load_script(path: str | Path, *, _seen: frozenset[Path] = frozenset()) -> ReplayScript:
+    """The script of ``path`` with the entries of the files it includes after its own."""
+    p = Path(path).resolve()
+    if p in _seen:
+        raise ReplayFileError(f"replay file {p} includes itself")
     try:
-        return ReplayScript.model_validate(json.loads(p.read_text(encoding="utf-8")))
+        script = ReplayScript.model_validate(json.loads(p.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise ReplayFileError(f"replay file {p} does not exist") from None
     except (ValueError, ValidationError) as exc:
         raise ReplayFileError(f"replay file {p} is not a replay script: {exc}") from None
+    for name in script.include:
+        script.entries += load_script(p.parent / name, _seen=_seen | {p}).entries
+    return script
 
 
 def _text(content: Any) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from coda.contracts.coverage import CoverageReport
 from coda.procs import free_port
 from tests.fixtures.infra import embedded_data_dir
 
@@ -194,3 +195,14 @@ def test_up_logs_are_human_on_a_terminal_and_json_elsewhere(fresh_database_url,
     assert json.loads(line)["level"] == "info"
     [line] = _log_lines(_up_output({**env, "CODA_LOG_FORMAT": "console"}, *home, tty=False))
     assert line.split()[1:4] == ["[info", "]", "master"]
+
+
+def test_tasks_coverage_of_the_bundled_tasks_on_the_local_image() -> None:
+    out = run("tasks", "coverage", str(ROOT / "examples" / "scienceboard"), "--json", "-")
+    assert out.returncode == 0, out.stderr
+    report = CoverageReport.model_validate_json(out.stdout)
+    apps = {a.app: a for a in report.apps}
+    assert apps["KAlgebra"].tasks == 31 and apps["KAlgebra"].runnable >= 25
+    assert report.total.tasks == sum(a.tasks for a in report.apps)
+    table = run("tasks", "coverage", str(ROOT / "examples" / "scienceboard"))
+    assert table.returncode == 0 and "real verdict here" in table.stdout

@@ -37,19 +37,21 @@ pytestmark = pytest.mark.slow
 REPLAYS = ROOT / "examples" / "replays"
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
+KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
 EPISODE_TIMEOUT = 240.0
 
 
 @pytest.fixture(scope="module")
 def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
                     ) -> Iterator[tuple[str, str]]:
-    """Planner and executor services answering from the recorded TeXstudio C-02 outputs."""
+    """Planner and executor services answering from the recorded outputs of the demo tasks
+    (TeXstudio C-02, KAlgebra C-01), as ``coda up --models replay`` serves them."""
     work = tmp_path_factory.mktemp("replay-services")
     planner = ServiceProcess.of("planner", planner_settings(
-        REPLAYS / "texstudio-C-02.planner.json", service_store, work, backend="replay"),
+        REPLAYS / "demo.planner.json", service_store, work, backend="replay"),
         work / "planner.log")
     executor = ServiceProcess.of("executor", executor_settings(
-        REPLAYS / "texstudio-C-02.executor.json", service_store, backend="replay"),
+        REPLAYS / "demo.executor.json", service_store, backend="replay"),
         work / "executor.log")
     with running_services(planner, executor):
         yield planner.url, executor.url
@@ -163,6 +165,30 @@ def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
     rewards = Counter(c["reward"] for c in group["candidates"])
     assert rewards == {1.0: 4, 0.0: 4}  # the recorded right plan and the wrong one, alternating
     assert all(c["plan"].startswith("Thought:") for c in group["candidates"])
+
+
+def test_replay_solves_a_kalgebra_task_checked_on_the_real_kalgebra(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    """KAlgebra C-01 (log_2(3) into p): the recorded plan types the assignment into the real
+    KAlgebra's console; the task's own checker reads p from KAlgebra's Variables panel."""
+    rest = Rest(wmaster)
+    episode_id = rest.submit([KALGEBRA_C01], judge="never")["episode_ids"][0]
+    planner_url, executor_url = replay_services
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    with running_worker(env, tmp_path / "worker.log") as worker:
+        ep = _wait_episode(rest, episode_id, worker)
+        summary = [(s["index"], (s["action"] or {}).get("type"), s["outcome"], s["error"])
+                   for s in ep["steps"]]
+        assert ep["success"] is True, (summary, ep)
+        assert [s["action"]["type"] for s in ep["steps"]] == ["type", "done"], summary
+        job = rest.post("/v1/jobs", {"kind": "group", "payload": {
+            "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
+        wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
+                 worker)
+    [item] = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
+    rewards = sorted(c["reward"] for c in item["group"]["candidates"])
+    assert rewards[-4:] == [1.0] * 4 and rewards[0] < 1.0  # the right plan and the wrong one
 
 
 # ---------------------------------------------------------------------------- faults

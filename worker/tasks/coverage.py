@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
+from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
 from worker.providers.image import SCIENCEBOARD_IMAGE
 from worker.tasks.adapters import app_checker, app_step
@@ -38,23 +37,6 @@ LOCAL_ABSENT: dict[str, str] = {
     "grass": "GRASS GIS tasks need ScienceBoard's data sets and patched GUI",
     "lean": "Lean tasks need ScienceBoard's Lean project (their image)",
 }
-
-
-class AppCoverage(BaseModel):
-    app: str
-    tasks: int = 0
-    loaded: int = 0
-    implemented: int = 0
-    runnable: int = 0
-    reasons: dict[str, list[str]] = Field(default_factory=dict,
-                                          description="reason -> task names")
-
-
-class CoverageReport(BaseModel):
-    provider: str
-    folder: str
-    apps: list[AppCoverage]
-    total: AppCoverage
 
 
 @dataclass

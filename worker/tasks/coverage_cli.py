@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from worker.tasks.coverage import CoverageReport, coverage
+from coda.contracts.coverage import CoverageReport
+from worker.tasks.coverage import coverage
 
 app = typer.Typer(help="Task coverage on a provider.")
 

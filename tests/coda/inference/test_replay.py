@@ -9,7 +9,14 @@ import pytest
 
 from coda.inference.base import BackendError, GenerateOptions
 from coda.inference.factory import make_backend
-from coda.inference.replay import ReplayBackend, ReplayFileError, ReplayScript, choose, past_turns
+from coda.inference.replay import (
+    ReplayBackend,
+    ReplayFileError,
+    ReplayScript,
+    choose,
+    load_script,
+    past_turns,
+)
 from coda.inference.spec import BackendSpec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,3 +82,24 @@ def test_the_factory_builds_it_and_the_bundled_scripts_load() -> None:
         spec = BackendSpec(backend="replay", model=str(ROOT / "examples" / "replays" / name))
         backend = make_backend(spec)
         assert isinstance(backend, ReplayBackend) and backend.script.entries
+
+
+def test_a_script_includes_other_files_after_its_own_entries(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps(
+        {"entries": [{"contains": "alpha", "outputs": ["A"]}]}))
+    (tmp_path / "top.json").write_text(json.dumps(
+        {"entries": [{"contains": "top", "outputs": ["T"]}], "include": ["a.json"],
+         "default": "D"}))
+    script = load_script(tmp_path / "top.json")
+    assert [e.outputs for e in script.entries] == [["T"], ["A"]] and script.default == "D"
+    (tmp_path / "loop.json").write_text(json.dumps({"include": ["loop.json"]}))
+    with pytest.raises(ReplayFileError, match="includes itself"):
+        load_script(tmp_path / "loop.json")
+
+
+def test_the_demo_scripts_answer_both_recorded_tasks() -> None:
+    demo = Path(__file__).resolve().parents[3] / "examples" / "replays"
+    for role in ("planner", "executor", "judge"):
+        names = {e.contains for e in load_script(demo / f"demo.{role}.json").entries}
+        assert "λC system" in names or any("x: M. B" in (n or "") for n in names), role
+        assert any("log" in (n or "") for n in names), role
