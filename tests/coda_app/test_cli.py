@@ -188,13 +188,13 @@ def test_up_logs_are_human_on_a_terminal_and_json_elsewhere(fresh_database_url,
     env = {"DATABASE_URL": fresh_database_url, "REDIS_URL": fresh_redis_url}
     home = ("--home", str(tmp_path / "home"))
     [line] = _log_lines(_up_output(env, *home, tty=True))
-    assert line.split()[1:4] == ["[info", "]", "master"]  # time [level] event key=value
+    assert line.split()[1:4] == ["[info", "]", "master.ready"]  # time [level] event key=value
     [line] = _log_lines(_up_output(env, *home, tty=False))
     assert json.loads(line)["event"] == "master.ready"
     [line] = _log_lines(_up_output(env, *home, "--log-format", "json", tty=True))
     assert json.loads(line)["level"] == "info"
     [line] = _log_lines(_up_output({**env, "CODA_LOG_FORMAT": "console"}, *home, tty=False))
-    assert line.split()[1:4] == ["[info", "]", "master"]
+    assert line.split()[1:4] == ["[info", "]", "master.ready"]
 
 
 def test_tasks_coverage_of_the_bundled_tasks_on_the_local_image() -> None:
