@@ -98,9 +98,12 @@ def test_the_whole_loop_and_its_dashboard(coda_up: tuple[str, dict[str, str], Pa
          "the first batch", 600, up_log)
     progress = http.get(f"/v1/batches/{batch}").json()["progress"]
     assert progress["completed"] == 4 and progress["succeeded"] == 2, progress
+    # the judge and group jobs of the batch done and every group trained: the version read
+    # next is the one the second batch runs with (each trained group publishes a version)
+    status = wait(lambda: _settled(http.get("/v1/status").json()),
+                  "the judge and group jobs done and their groups trained", 600, up_log)
     version = wait(lambda: http.get("/v1/models/current", params={"role": "planner"}).json()
                    .get("name"), "a published planner version", 600, up_log)
-    status = http.get("/v1/status").json()
     assert status["verdicts"]["judged"] == 4 and status["verdicts"]["correct"] == 2, status
     assert status["groups"].get("consumed", 0) >= 1, status["groups"]
     assert status["training_curve"], "the trainer reported its update"
@@ -119,6 +122,14 @@ def test_the_whole_loop_and_its_dashboard(coda_up: tuple[str, dict[str, str], Pa
                   ["rewards"] and r, "the groups of a solved episode", 300, up_log)
     assert replay["rewards"][0]["step_index"] == 0 and replay["rewards"][0]["candidates"] == 8
     _check_dashboard(url, str(solved[0]["id"]), version, tmp_path)
+
+
+def _settled(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The status once no job is queued or leased and no group waits for the trainer."""
+    busy = sum(q["queued"] + q["leased"] for q in status["queues"])
+    waiting = status["groups"].get("ready", 0) + status["groups"].get("leased", 0)
+    done = busy == 0 and waiting == 0 and status["groups"].get("consumed", 0) >= 1
+    return status if done else None
 
 
 def _check_dashboard(url: str, episode_id: str, version: str, tmp_path: Path) -> None:
