@@ -18,6 +18,7 @@ bounds the KV cache.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -26,10 +27,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
+import psutil
 import typer
 
 from coda.logging import get_logger
-from coda.procs import start_ready
+from coda.procs import start_ready, stop_process
 
 log = get_logger(__name__)
 
@@ -143,6 +145,28 @@ def start_server(config: ServeConfig, *, python: Path | str, log_path: Path | No
     log.info("vllm.server_starting", role=config.role.value, url=url, log=str(log_path))
     return start_ready(cmd, f"{url}/v1/models", name=f"vLLM ({config.role.value})", env=env,
                        log=log_path, timeout=timeout, interval=0.5)
+
+
+def stop_server(proc: subprocess.Popen[bytes], *, kill: bool = False,
+                timeout: float = 20.0) -> None:
+    """Stop vLLM's server and its engine processes (``kill``: SIGKILL at once, as a crash).
+
+    The API server's engine core and workers are its children; killed with SIGKILL the server
+    cannot take them down, and they live on (holding the model's memory) unless killed too.
+    """
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    if kill:
+        proc.kill()
+        proc.wait()
+    else:
+        stop_process(proc, timeout=timeout)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(children, timeout=timeout)
 
 
 app = typer.Typer(help="vLLM's own server for a model role (installed apart from CODA).",

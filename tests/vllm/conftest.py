@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coda.procs import free_port, stop_process
-from coda_app.vllm import Role, ServeConfig, start_server, vllm_python
+from coda.procs import free_port
+from coda_app.vllm import Role, ServeConfig, start_server, stop_server, vllm_python
 
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 4096
@@ -54,14 +54,13 @@ class VllmServer:
         warm_up(self.url)
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would (no clean shutdown)."""
+        """SIGKILL of the server and its engine processes, as a crash (no clean shutdown)."""
         assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
+        stop_server(self.proc, kill=True)
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_process(self.proc, timeout=20)
+            stop_server(self.proc)
 
 
 def warm_up(url: str) -> None:
