@@ -1,8 +1,9 @@
-"""One real vLLM server (CPU build, ``scripts/vllm-install.sh``) for the whole session.
+"""One real vLLM server (CPU build, ``scripts/vllm-install.sh``) for the tests of this folder
+(package scope: it stops when they are done, not at the end of the whole suite).
 
 The tiny Qwen2.5-VL is the same for the three roles, so one server started as the planner
 (``--enable-lora``) answers the planner's, executor's and judge's requests: one start-up
-(~25 s) and one warm-up (~17 s) per session. Without vLLM these tests skip, except under
+(~25-80 s on 2 busy cores) per run. Without vLLM these tests skip, except under
 ``CI=true`` where they fail: CI installs vLLM (``scripts/test.sh``) and must run them.
 """
 
@@ -71,7 +72,7 @@ def warm_up(url: str) -> None:
                timeout=WARM_UP_TIMEOUT_S).raise_for_status()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
                 ) -> Iterator[VllmServer]:
     """The tiny model behind vLLM: served as ``tiny``, LoRA on, 16 images, float32 weights
@@ -88,6 +89,6 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_url(vllm_server: VllmServer) -> str:
     return vllm_server.url
