@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coda.logging import configure_logging, get_logger
+from coda_app.vllm import app as _vllm_app
 
 if TYPE_CHECKING:
     from coda.clients.master import MasterClient
@@ -497,6 +498,8 @@ def status(
 
 
 _register_service_clis()
+
+app.add_typer(_vllm_app, name="vllm", help="vLLM's own server for a model role.")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -45,5 +45,7 @@ def high_url(checked: CheckedImage, max_pixels: int | None) -> str:
     return encode_data_url(bounded.convert("RGB"), "PNG")
 
 
-def low_url(checked: CheckedImage, size: tuple[int, int]) -> str:
-    return encode_data_url(fit_within(checked.image.convert("RGB"), size), "PNG")
+def low_url(checked: CheckedImage, size: tuple[int, int], max_pixels: int | None = None) -> str:
+    """The first pass's screenshot: within ``size``, and never larger than ``max_pixels``."""
+    low = fit_within(checked.image.convert("RGB"), size)
+    return encode_data_url(bound_pixels(low, max_pixels), "PNG")

@@ -35,6 +35,22 @@ class Vote(BaseModel):
     correct_action: str | None = None
 
 
+class JudgeInput(BaseModel):
+    """What one judge model was shown: the trajectory lowered, if needed, to fit its context
+    (first the screenshots' resolution, then the number of frames)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    steps: list[int] = Field(description="the steps shown, numbered from 1")
+    max_pixels: int | None = Field(
+        default=None, description="bound on each high-resolution screenshot's pixels (None: as "
+                                  "captured or the service's configured bound)")
+    reduced: bool = Field(default=False, description="lowered to fit the model's context")
+    refusals: int = Field(default=0, ge=0,
+                          description="settings the model refused as longer than its context")
+
+
 class Verdict(BaseModel):
     """The judge's decision on a trajectory (steps numbered from 1)."""
 
@@ -49,6 +65,8 @@ class Verdict(BaseModel):
     positive_steps: list[int] = Field(
         default_factory=list, description="0-based step indices labelled positive"
     )
+    inputs: list[JudgeInput] = Field(
+        default_factory=list, description="what each judge model was shown (one per model)")
 
 
 class Candidate(BaseModel):

@@ -8,11 +8,15 @@
 * Adapters: the request's ``model`` is ``options.adapter`` (a LoRA name) or the default model;
   ``load_adapter`` / ``unload_adapter`` use vLLM's runtime LoRA endpoints
   (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``--enable-lora``). Their outcome is read from
-  the status codes vLLM gives (vllm/entrypoints/openai/serving_models.py): load 200 = loaded,
-  404 = no adapter at the path, 400 = not loadable (or a name already taken: the backend
-  asks ``/v1/models`` first, where vLLM lists loaded adapters); unload 200 or 404 = gone.
+  the status codes vLLM 0.32 gives (checked against the real server, tests/vllm/): load 200 =
+  loaded, 404 = no adapter at the path, 400 = a name already taken (the backend asks
+  ``/v1/models`` first, where vLLM lists loaded adapters), 500 "add_lora method failed" = files
+  that do not load (not retried; the server keeps serving); unload 200 or 404 = gone.
 * Transport errors, 408, 429 and 5xx are retried by :func:`coda.clients.base.http_retry`
   (the one retry policy); other 4xx raise :class:`~coda.inference.base.BackendRejected`.
+* A prompt longer than the model's context is :class:`~coda.inference.base.PromptTooLong`
+  (vLLM refuses it with 400 "... maximum context length ..."), as with the transformers backend;
+  :meth:`OpenAICompatBackend.context_tokens` reads ``max_model_len`` from ``/v1/models``.
 * Temperatures below :data:`~coda.inference.base.GREEDY_BELOW` are sent as 0 (greedy).
 * Usage: prompt tokens from ``usage``; completion tokens per choice from ``token_ids`` when
   the server returns them, else ``usage.completion_tokens`` shared evenly among the choices.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from typing import Any
 
 import httpx
@@ -35,6 +40,7 @@ from coda.inference.base import (
     ChatMessage,
     Completion,
     GenerateOptions,
+    PromptTooLong,
     is_greedy,
 )
 from coda.logging import get_logger
@@ -42,6 +48,30 @@ from coda.logging import get_logger
 log = get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+# vLLM's refusals of a prompt that does not fit (wording differs between its code paths)
+_CONTEXT_PATTERNS = (
+    re.compile(r"Input length \((?P<prompt>\d+)\) exceeds model's maximum context length "
+               r"\((?P<context>\d+)\)"),
+    re.compile(r"maximum context length is (?P<context>\d+) tokens.*?"
+               r"(?:requested|request has|contains at least) (?P<prompt>\d+)", re.S),
+    re.compile(r"prompt \(length (?P<prompt>\d+)\) is longer than the maximum model length of "
+               r"(?P<context>\d+)"),
+    re.compile(r"max_tokens=\d+ cannot be greater than max_model_len=(?P<context>\d+)"),
+    re.compile(r"maximum context length|max_model_len|maximum model length"),
+)
+
+
+def context_refusal(text: str, max_tokens: int) -> PromptTooLong | None:
+    """The :class:`PromptTooLong` a server's 400 body means, None for any other refusal."""
+    for pattern in _CONTEXT_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            found = match.groupdict()
+            return PromptTooLong(int(found.get("prompt") or 0), max_tokens,
+                                 int(found.get("context") or 0))
+    return None
 
 
 def _root_url(base_url: str) -> str:
@@ -155,7 +185,8 @@ class OpenAICompatBackend:
 
     # -- HTTP with retries --
 
-    async def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+    async def _request(self, method: str, path: str, json: Any = None, *,
+                       retry_statuses: frozenset[int] = RETRY_STATUSES) -> httpx.Response:
         """The answer to ``method path``; transient failures are retried, any other status
         is returned for the caller to decide on."""
         attempts = self.retries + 1
@@ -165,7 +196,7 @@ class OpenAICompatBackend:
             async for attempt in retrying:
                 with attempt:
                     response = await self._client.request(method, path, json=json)
-                    if response.status_code in RETRY_STATUSES:
+                    if response.status_code in retry_statuses:
                         raise _Retryable(response)
         except _Retryable as exc:
             raise BackendError(f"{method} {path}: HTTP {exc.status}: {exc.text} "
@@ -189,7 +220,14 @@ class OpenAICompatBackend:
         self, messages: list[ChatMessage], options: GenerateOptions, n: int, seed: int | None
     ) -> list[Completion]:
         body = build_request(messages, options, model=self.model, n=n, seed=seed)
-        response = await self._ok("POST", "/v1/chat/completions", json=body)
+        response = await self._request("POST", "/v1/chat/completions", json=body)
+        if response.status_code == 400:
+            refusal = context_refusal(response.text, options.max_tokens)
+            if refusal is not None:
+                raise refusal
+        if response.status_code >= 400:
+            raise BackendRejected(f"POST /v1/chat/completions: HTTP {response.status_code}: "
+                                  f"{response.text[:500]}", response.status_code)
         try:
             payload = response.json()
         except ValueError as exc:
@@ -221,23 +259,35 @@ class OpenAICompatBackend:
 
     # -- adapters (vLLM runtime LoRA updating) --
 
-    async def _served(self) -> list[str]:
+    async def _models(self) -> list[dict[str, Any]]:
         response = await self._ok("GET", "/v1/models")
         try:
             data = response.json().get("data") or []
         except (ValueError, AttributeError) as exc:
             raise BackendError(f"GET /v1/models: unexpected body {response.text[:200]!r}") from exc
-        return [str(m.get("id")) for m in data if isinstance(m, dict)]
+        return [m for m in data if isinstance(m, dict)]
+
+    async def _served(self) -> list[str]:
+        return [str(m.get("id")) for m in await self._models()]
+
+    async def context_tokens(self) -> int | None:
+        """The served model's context (vLLM's ``max_model_len`` in ``/v1/models``); None when
+        the server does not say (``transformers serve``)."""
+        for entry in await self._models():
+            if entry.get("id") == self.model and isinstance(entry.get("max_model_len"), int):
+                return int(entry["max_model_len"])
+        return None
 
     async def load_adapter(self, version: str, path: str) -> None:
         """``POST /v1/load_lora_adapter`` unless ``/v1/models`` lists ``version`` already."""
         if version not in await self._served():
             response = await self._request("POST", "/v1/load_lora_adapter",
-                                           json={"lora_name": version, "lora_path": path})
+                                           json={"lora_name": version, "lora_path": path},
+                                           retry_statuses=RETRY_STATUSES - {500})
             detail = f"HTTP {response.status_code}: {response.text[:300]}"
             if response.status_code == 404:
                 raise AdapterNotFound(f"the model server found no adapter: {detail}")
-            if response.status_code == 400:
+            if response.status_code in (400, 500):  # vLLM: 500 "add_lora method failed"
                 raise AdapterInvalid(f"the model server cannot load it: {detail}")
             if response.status_code >= 400:
                 raise BackendError(f"POST /v1/load_lora_adapter: {detail}")
@@ -259,9 +309,12 @@ class OpenAICompatBackend:
 
     async def ready(self) -> dict[str, Any]:
         """``GET /v1/models``; raises :class:`BackendError` when the server does not answer."""
-        served = await self._served()
+        models = await self._models()
+        context = next((m.get("max_model_len") for m in models if m.get("id") == self.model),
+                       None)
         return {"backend": self.name, "base_url": self.base_url, "model": self.model,
-                "served": served, "adapters": sorted(self._adapters)}
+                "served": [str(m.get("id")) for m in models], "context_tokens": context,
+                "adapters": sorted(self._adapters)}
 
     async def aclose(self) -> None:
         await self._client.aclose()

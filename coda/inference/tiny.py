@@ -9,6 +9,7 @@ Building takes a few seconds and is deterministic for a given ``seed``.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -58,7 +59,11 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-TEXT_HIDDEN = 64  # head_dim = 64 / 4 heads = 16 -> mrope_section must sum to 8
+TEXT_HIDDEN = 128
+TEXT_HEADS = 2  # head_dim = 128 / 2 = 64: vLLM's CPU attention kernel refuses head_dim 16
+MROPE_SECTION = [8, 12, 12]  # sums to head_dim / 2
+VISION_HIDDEN = 64
+VISION_HEADS = 2
 
 
 def token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
@@ -102,18 +107,24 @@ def build_processor(tokenizer: PreTrainedTokenizerFast) -> Qwen2_5_VLProcessor:
 
 
 def build_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2_5_VLConfig:
-    """A 2-layer text model (hidden 64) with a 2-block vision tower (hidden 32)."""
+    """A 2-layer text model (hidden 128, head_dim 64) with a 2-block vision tower (hidden 64).
+
+    head_dim 64 is the smallest shape vLLM's CPU attention accepts, so the same weights run under
+    the transformers backend, ``transformers serve`` and vLLM (``reference/vllm-cpu.md``).
+    """
     ids = {t: token_id(tokenizer, t) for t in SPECIAL_TOKENS}
     text_config = {
         "vocab_size": len(tokenizer), "hidden_size": TEXT_HIDDEN, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "num_attention_heads": TEXT_HEADS, "num_key_value_heads": 1,
         "max_position_embeddings": 32768,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                            "mrope_section": MROPE_SECTION},
         "bos_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"], "tie_word_embeddings": False,
     }
     vision_config = {
-        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
+        "depth": 2, "hidden_size": VISION_HIDDEN, "intermediate_size": 2 * VISION_HIDDEN,
+        "num_heads": VISION_HEADS,
         "out_hidden_size": TEXT_HIDDEN, "patch_size": 14, "spatial_merge_size": 2,
         "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [1],
         "in_channels": 3,
@@ -142,7 +153,29 @@ def build_tiny_qwen25vl(out_dir: str | Path, seed: int = 0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    write_video_processor_config(out, processor)
     return out
+
+
+def write_video_processor_config(out: Path, processor: Qwen2_5_VLProcessor) -> None:
+    """Write ``video_preprocessor_config.json``: vLLM loads the whole Qwen2.5-VL processor.
+
+    Written by hand rather than by ``Qwen2VLVideoProcessor.save_pretrained`` because that class
+    needs torchvision, which the project's CPU venv lacks; the values mirror the image
+    processor's (patch, temporal patch and merge sizes, normalisation).
+    """
+    image = processor.image_processor
+    config = {
+        "video_processor_type": "Qwen2VLVideoProcessor",
+        "processor_class": "Qwen2_5_VLProcessor",
+        "patch_size": image.patch_size, "temporal_patch_size": image.temporal_patch_size,
+        "merge_size": image.merge_size,
+        "size": {"shortest_edge": 4 * 28 * 28, "longest_edge": 256 * 28 * 28},
+        "image_mean": list(image.image_mean), "image_std": list(image.image_std),
+        "do_resize": True, "do_rescale": True, "do_normalize": True, "do_convert_rgb": True,
+        "rescale_factor": 1 / 255, "resample": 3,
+    }
+    (out / "video_preprocessor_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def build_tiny_lora(

@@ -12,7 +12,10 @@ What `transformers serve` lacks compared with vLLM, and how the backend copes:
 * It cannot start without torchvision unless the processor work-around of
   ``coda.inference.encoding`` is applied first (the fixture launches the CLI so).
 
-Retries and the vLLM LoRA routes are exercised against a small ASGI app (vLLM needs a GPU).
+vLLM itself (n, log-probs, pre-fill, runtime LoRA and its status codes, the context refusal)
+is tested against its own server in tests/vllm/. What a real server cannot show on demand, a
+server failing a request and then answering (503 then 200, 429 with Retry-After), is
+exercised against a small ASGI app here.
 """
 
 from __future__ import annotations
@@ -24,11 +27,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from PIL import Image
 
 from coda.inference.base import (
-    AdapterInvalid,
     AdapterNotFound,
     BackendError,
     BackendRejected,
@@ -104,13 +106,11 @@ async def test_transport_errors_are_retried_then_reported() -> None:
 # --- vLLM-like behaviour (n honoured, 503s, LoRA routes) on a small ASGI app ----------------
 
 
-def _vllm_like_app(failures: int) -> tuple[FastAPI, list[dict[str, Any]]]:
-    """vLLM's behaviour as its code gives it (vllm/entrypoints/openai/serving_models.py):
-    a name loaded twice is 400, a path without an adapter 404, a bad adapter 400, unloading
-    an unknown name 404; loaded adapters are listed by /v1/models."""
+def _flaky_app(failures: int) -> tuple[FastAPI, list[dict[str, Any]]]:
+    """A server that answers 503 ``failures`` times, then honours ``n``."""
     app = FastAPI()
     seen: list[dict[str, Any]] = []
-    state: dict[str, Any] = {"failures": failures, "loras": {}}
+    state: dict[str, Any] = {"failures": failures}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
@@ -124,41 +124,11 @@ def _vllm_like_app(failures: int) -> tuple[FastAPI, list[dict[str, Any]]]:
         return JSONResponse({"choices": choices,
                              "usage": {"prompt_tokens": 11, "completion_tokens": 3 * len(choices)}})
 
-    def error(message: str, status: int) -> JSONResponse:
-        return JSONResponse({"object": "error", "message": message, "code": status},
-                            status_code=status)
-
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        return JSONResponse({"data": [{"id": "planner"},
-                                      *({"id": name} for name in state["loras"])]})
-
-    @app.post("/v1/load_lora_adapter", response_model=None)
-    async def load(request: Request) -> PlainTextResponse | JSONResponse:
-        body = await request.json()
-        seen.append({"path": "load", **body})
-        if body["lora_name"] in state["loras"]:
-            return error(f"The lora adapter '{body['lora_name']}' has already been loaded.", 400)
-        if body["lora_path"].startswith("/missing"):
-            return error("No adapter found for /missing", 404)
-        if body["lora_path"].startswith("/broken"):
-            return error("Loading lora failed: shape mismatch", 400)
-        state["loras"][body["lora_name"]] = body["lora_path"]
-        return PlainTextResponse("Success: LoRA adapter loaded")
-
-    @app.post("/v1/unload_lora_adapter", response_model=None)
-    async def unload(request: Request) -> PlainTextResponse | JSONResponse:
-        body = await request.json()
-        seen.append({"path": "unload", **body})
-        if state["loras"].pop(body["lora_name"], None) is None:
-            return error(f"The lora adapter '{body['lora_name']}' cannot be found.", 404)
-        return PlainTextResponse("Success")
-
     return app, seen
 
 
-async def test_vllm_features_and_retries() -> None:
-    app, seen = _vllm_like_app(failures=2)
+async def test_503s_are_retried() -> None:
+    app, seen = _flaky_app(failures=2)
     backend = OpenAICompatBackend("http://vllm", model="planner", retries=3, backoff_s=0.01,
                                   transport=httpx.ASGITransport(app=app))
     completions = await backend.chat(MESSAGES, GenerateOptions(n=4, max_tokens=4, adapter="v3"))
@@ -166,19 +136,6 @@ async def test_vllm_features_and_retries() -> None:
     assert all(c.adapter == "v3" and c.completion_tokens == 3 for c in completions)
     assert backend.honours_n is True
     assert len(seen) == 3 and seen[-1]["n"] == 4 and seen[-1]["model"] == "v3"
-
-    await backend.load_adapter("v3", "/adapters/v3")
-    assert seen[-1] == {"path": "load", "lora_name": "v3", "lora_path": "/adapters/v3"}
-    await backend.load_adapter("v3", "/adapters/v3")  # listed by /v1/models: loaded already
-    assert seen[-1]["path"] == "load" and len([x for x in seen if x["path"] == "load"]) == 1
-    await backend.unload_adapter("v3")
-    assert seen[-1] == {"path": "unload", "lora_name": "v3"}
-    await backend.unload_adapter("v3")  # 404: gone already
-    with pytest.raises(AdapterNotFound):
-        await backend.load_adapter("v4", "/missing/v4")
-    with pytest.raises(AdapterInvalid):
-        await backend.load_adapter("v4", "/broken/v4")
-    assert backend.adapters() == {}
     await backend.aclose()
 
 
