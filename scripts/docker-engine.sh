@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The Docker engine the container tests and `docker compose` need, on a Debian/Ubuntu machine.
+#
+#   bash scripts/docker-engine.sh start   # install what is missing, start dockerd if none answers
+#   bash scripts/docker-engine.sh stop    # stop dockerd, only if `start` started it
+#   bash scripts/docker-engine.sh status  # exit 0 when an engine answers
+#
+# `start` installs Debian's docker.io, docker-compose (1.29) and mmdebstrap (for base images
+# built without a registry, scripts/docker-base.sh) when they are missing, as root or with
+# passwordless sudo. An engine that already answers is reused and never stopped by `stop`; one
+# this script starts is recorded in $state/dockerd.pid and `stop` ends it (and only it).
+set -euo pipefail
+
+state="${CODA_DOCKER_STATE:-${CODA_EMBEDDED_ROOT:-/var/lib/coda}/docker}"
+pidfile="$state/dockerd.pid"
+
+if [ "$(id -u)" = 0 ]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  SUDO=(false)
+fi
+
+answers() { "${SUDO[@]:-env}" docker info >/dev/null 2>&1; }
+
+install_missing() {
+  local missing=()
+  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+  command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 \
+    || missing+=(docker-compose)
+  command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "${SUDO[0]}" = false ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "docker-engine: need ${missing[*]}: install them as root (Debian: apt-get install -y ${missing[*]})" >&2
+    return 1
+  fi
+  echo "docker-engine: installing ${missing[*]} ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq >&2
+  "${SUDO[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+start() {
+  install_missing
+  if answers; then
+    echo "docker-engine: reusing the running engine" >&2
+    return 0
+  fi
+  if [ "${SUDO[0]}" = false ]; then
+    echo "docker-engine: no engine answers and starting dockerd needs root" >&2
+    return 1
+  fi
+  "${SUDO[@]}" mkdir -p "$state"
+  echo "docker-engine: starting dockerd (log: $state/dockerd.log) ..." >&2
+  # setsid: the daemon outlives this shell; its pid is recorded for `stop`
+  "${SUDO[@]}" setsid dockerd --pidfile "$state/dockerd.run.pid" >"$state/dockerd.log" 2>&1 \
+    </dev/null &
+  echo $! | "${SUDO[@]}" tee "$pidfile" >/dev/null
+  for _ in $(seq 120); do
+    answers && { echo "docker-engine: engine ready" >&2; return 0; }
+    kill -0 "$(cat "$pidfile")" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "docker-engine: dockerd did not come up; last lines of $state/dockerd.log:" >&2
+  tail -20 "$state/dockerd.log" >&2 || true
+  return 1
+}
+
+stop() {
+  [ -f "$pidfile" ] || return 0
+  local pid
+  pid="$(cat "$pidfile")"
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "docker-engine: stopping the dockerd this script started (pid $pid)" >&2
+    "${SUDO[@]}" kill -TERM "$pid"
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  "${SUDO[@]}" rm -f "$pidfile"
+}
+
+case "${1:-start}" in
+  start) start ;;
+  stop) stop ;;
+  status) answers ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
