@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the project's images: `deploy/docker/Dockerfile.NAME` -> `coda-NAME:latest`.
+#
+#   bash scripts/docker-build.sh master models worker desktop ...
+#   CODA_DOCKER_PUBLIC=1 bash scripts/docker-build.sh master   # the Dockerfiles' own defaults
+#
+# By default nothing is pulled from an image registry or fetched from a package index inside a
+# build: the base images come from Debian's packages (scripts/docker-base.sh), Python packages
+# from a wheelhouse this host fetches (scripts/docker-wheels.sh) and serves on its loopback for
+# the build (`--network host`, `pip install --no-index --find-links http://127.0.0.1:PORT/`).
+# With CODA_DOCKER_PUBLIC=1 the Dockerfiles use their defaults (python:3.11-slim, PyPI), as on
+# a machine that reaches them. An image already present is rebuilt (the engine's layer cache
+# makes an unchanged one quick).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || { echo "usage: $0 IMAGE... (Dockerfiles: $(ls deploy/docker | sed -n 's/^Dockerfile\.//p' | tr '\n' ' '))" >&2; exit 2; }
+
+extras_of() {
+  case "$1" in
+    master) echo master ;;
+    worker) echo worker ;;
+    models) echo models,trainer ;;
+    desktop) echo guest ;;
+    *) echo "" ;;
+  esac
+}
+
+args=()
+if [ -z "${CODA_DOCKER_PUBLIC:-}" ]; then
+  bash scripts/docker-base.sh
+  args+=(--build-arg "BASE_IMAGE=${CODA_PYTHON_IMAGE:-coda-base/python:3.11}")
+  args+=(--build-arg "DEBIAN_IMAGE=${CODA_DEBIAN_IMAGE:-coda-base/debian:bookworm}")
+  need=()
+  for img in "$@"; do e="$(extras_of "$img")"; [ -n "$e" ] && need+=("$e"); done
+  if [ ${#need[@]} -gt 0 ]; then
+    all="$(IFS=,; echo "${need[*]}" | tr ',' '\n' | sort -u | paste -sd,)"
+    stamp=".docker-wheels/.stamp-$(cat pyproject.toml <(echo "$all") | sha256sum | cut -c1-12)"
+    if [ ! -f "$stamp" ]; then
+      bash scripts/docker-wheels.sh "$all"
+      touch "$stamp"
+    fi
+    port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    python3 -m http.server --bind 127.0.0.1 --directory .docker-wheels "$port" >/dev/null 2>&1 &
+    server=$!
+    trap 'kill $server 2>/dev/null || true' EXIT
+    for _ in $(seq 50); do
+      python3 -c "import urllib.request as r; r.urlopen('http://127.0.0.1:$port/', timeout=1)" 2>/dev/null && break
+      sleep 0.1
+    done
+    args+=(--build-arg "PIP_INSTALL_FLAGS=--no-index --find-links http://127.0.0.1:$port/")
+  fi
+fi
+
+for img in "$@"; do
+  file="deploy/docker/Dockerfile.$img"
+  [ -f "$file" ] || { echo "docker-build: no $file" >&2; exit 2; }
+  echo "docker-build: coda-$img:latest ..." >&2
+  start=$(date +%s)
+  docker build -q --network host "${args[@]}" -f "$file" -t "coda-$img:latest" . >/dev/null
+  echo "docker-build: coda-$img:latest built in $(( $(date +%s) - start )) s" >&2
+done
