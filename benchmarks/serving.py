@@ -124,9 +124,11 @@ class Parity:
 
 
 async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir: Path,
-                         state: StateRef, *, g: int, max_tokens: int, groups: int) -> Parity:
-    """Plans sampled by ``backend`` (temperature 1, with token ids and log-probs) against the
-    trainer's own log-probs of the same ids under the weights in ``model_dir``."""
+                         state: StateRef, *, g: int, max_tokens: int, groups: int,
+                         temperature: float = 1.0) -> Parity:
+    """Plans sampled by ``backend`` (at ``temperature``, with token ids and log-probs) against
+    the trainer's own log-probs of the same ids under the weights in ``model_dir`` (taken at
+    ``logits / temperature``, as the trainer does)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -143,7 +145,7 @@ async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir:
     for seed in range(groups * 10):  # the random model may sample image placeholders: skip
         if len(diffs) == groups:
             break
-        options = GenerateOptions(n=g, max_tokens=max_tokens, temperature=1.0, seed=seed,
+        options = GenerateOptions(n=g, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                   logprobs=True)
         completions = await backend.chat(messages, options)
         group = Group(state=state, target=Click(x=20, y=10), planner_version="base", candidates=[
@@ -155,7 +157,7 @@ async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir:
         except GroupDataError:
             continue
         with torch.no_grad():
-            mine = shared_logprobs(model, enc, 1.0)
+            mine = shared_logprobs(model, enc, temperature)
         sampler = enc.padded_sampler_logprobs()
         assert sampler is not None
         mask = enc.mask().bool()
