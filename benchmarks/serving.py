@@ -44,6 +44,9 @@ from coda.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "serving.json"
+RECORDED_BY_TESTS = ("version_recovery_s", "version_recovery_from_kill_s")
+"""Seconds until a restarted vLLM serves the current planner version again (after it answers;
+after the kill), written here by ``CODA_RECORD_RESULTS=1 pytest tests/vllm/test_versions.py``."""
 log = get_logger("benchmarks.serving")
 
 INSTRUCTION = "Open the File menu of KAlgebra and save the current session as 'session.kal'."
@@ -285,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coda-serving-") as tmp:
         result = asyncio.run(run(cfg, Path(tmp)))
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.out.exists():  # figures measured by tests/vllm/test_versions.py are kept
+        old = json.loads(cfg.out.read_text())
+        result.update({k: old[k] for k in RECORDED_BY_TESTS if k in old})
     cfg.out.write_text(json.dumps(result, indent=2) + "\n")
     log.info("bench.serving_written", out=str(cfg.out),
              plans_per_s_ratio=round(result["plans_per_s_ratio"], 2),

@@ -7,7 +7,8 @@ anywhere; its output is garbage, which the worker records as step errors); ``rep
 recorded outputs for the bundled TeXstudio task C-02 (planner, executor and judge), so the
 whole loop (success, verdicts, groups, training, new versions) runs on any machine; a model
 directory or a served model name with ``--*-url`` (an OpenAI-compatible server such as vLLM)
-runs real models.
+runs real models; ``--vllm`` serves the tiny model with vLLM's own servers, started and stopped
+with the stack (``coda_app.stack_vllm``).
 """
 
 from __future__ import annotations
