@@ -98,3 +98,45 @@ async def test_an_adapter_the_server_lost_is_loaded_again(service_store: Store,
         # no master to ask: an unknown version stays a 404
         resp = await http.post("/v1/plan", json={**body, "adapter": "v8"})
         assert resp.status_code == 404, resp.text
+
+
+async def test_a_planner_started_after_a_publish_serves_the_current_version(
+        master: Any, service_store: Store, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The transformers backend, a real master: a (re)started planner pulls the current
+    version before it is ready, and the next version by its poll."""
+    import asyncio
+    import shutil
+
+    from coda.clients.master import MasterClient
+    from coda.contracts.training import ModelVersionCreate
+    from planner_service.app import create_app
+    from planner_service.settings import PlannerSettings
+
+    async def publish(name: str) -> None:
+        target = service_store.root / "adapters" / name
+        shutil.copytree(service_store.root / service_store.adapter_folder, target)
+        async with MasterClient(master.url, token=master.admin_token) as m:
+            await m.register_version(ModelVersionCreate(name=name, base_model="tiny",
+                                                        adapter_uri=str(target)))
+
+    settings = PlannerSettings(
+        backend="transformers", model=str(tiny_model_dir), max_pixels=56 * 56,
+        artifacts_url=str(service_store.root), adapter_cache_dir=str(tmp_path / "cache"),
+        master_url=master.url, master_token=master.worker_token, version_poll_s=0.5,
+        **TOKENS.env())
+    body = {"instruction": "Plot sin(x)", "screenshot": {"b64": image_b64((56, 56))},
+            "sampling": {"max_tokens": 2}}
+    await publish("pt-000001")
+    async with asgi_client(create_app(settings)) as http:
+        resp = await http.post("/v1/plan", json=body)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["plans"][0]["version"] == "pt-000001"  # pulled before ready
+        await publish("pt-000002")
+        for _ in range(240):  # the poll picks it up (bounded wait on state)
+            resp = await http.post("/v1/plan", json=body)
+            if resp.json()["plans"][0]["version"] == "pt-000002":
+                break
+            await asyncio.sleep(0.5)
+        assert resp.json()["plans"][0]["version"] == "pt-000002"
+        versions = {a["version"] for a in (await http.get("/v1/adapters")).json()["items"]}
+        assert versions == {"base", "pt-000001", "pt-000002"}
