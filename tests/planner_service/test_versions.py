@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from coda.contracts.training import ModelRole, ModelVersion
-from coda.inference.base import BackendRejected, ChatMessage, Completion, GenerateOptions
 from planner_service.versions import store_relative, wanted
 from tests.fixtures.services import TOKENS, Store, asgi_client, image_b64
 
@@ -38,66 +37,6 @@ def test_store_relative_maps_the_trainer_s_uri_into_the_store(tmp_path: Path) ->
     assert store_relative("/elsewhere/v1", str(store), str(store), True) == "/elsewhere/v1"
     assert store_relative("s3://b/p/adapters/v1", "s3://b/p", "b/p", False) == "adapters/v1"
     assert store_relative("s3://other/v1", "s3://b/p", "b/p", False) == "s3://other/v1"
-
-
-class RestartingServer:
-    """An OpenAI-compatible backend as vLLM behaves: an adapter it does not list is a 404;
-    :meth:`restart` forgets every runtime adapter."""
-
-    name = "openai"
-
-    def __init__(self) -> None:
-        self.served: dict[str, str] = {}
-
-    def restart(self) -> None:
-        self.served.clear()
-
-    async def chat(self, messages: list[ChatMessage], options: GenerateOptions,
-                   ) -> list[Completion]:
-        if options.adapter is not None and options.adapter not in self.served:
-            raise BackendRejected(f"The model `{options.adapter}` does not exist.", 404)
-        return [Completion(text="Thought: ok", adapter=options.adapter)] * options.n
-
-    async def load_adapter(self, version: str, path: str) -> None:
-        self.served[version] = path
-
-    async def unload_adapter(self, version: str) -> None:
-        self.served.pop(version, None)
-
-    def adapters(self) -> dict[str, str]:
-        return dict(self.served)
-
-    async def ready(self) -> dict[str, Any]:
-        return {"backend": self.name, "served": ["tiny", *self.served]}
-
-    async def aclose(self) -> None:
-        pass
-
-
-async def test_an_adapter_the_server_lost_is_loaded_again(service_store: Store,
-                                                         tmp_path: Path) -> None:
-    from planner_service.app import create_app
-    from planner_service.settings import PlannerSettings
-
-    server = RestartingServer()
-    settings = PlannerSettings(backend="openai", base_url="http://vllm/v1", model="tiny",
-                               artifacts_url=str(service_store.root),
-                               adapter_cache_dir=str(tmp_path / "cache"), **TOKENS.env())
-    body = {"instruction": "Plot sin(x)", "screenshot": {"b64": image_b64((56, 56))}, "n": 2,
-            "sampling": {"max_tokens": 4}, "adapter": "v7"}
-    async with asgi_client(create_app(settings, backend=server)) as http:
-        admin = {"authorization": f"Bearer {TOKENS.admin}"}
-        resp = await http.post("/v1/adapters", headers=admin,
-                               json={"version": "v7", "uri": service_store.adapter_folder})
-        assert resp.status_code == 201, resp.text
-        server.restart()
-        resp = await http.post("/v1/plan", json=body)
-        assert resp.status_code == 200, resp.text
-        assert {p["version"] for p in resp.json()["plans"]} == {"v7"}
-        assert "v7" in server.served
-        # no master to ask: an unknown version stays a 404
-        resp = await http.post("/v1/plan", json={**body, "adapter": "v8"})
-        assert resp.status_code == 404, resp.text
 
 
 async def test_a_planner_started_after_a_publish_serves_the_current_version(
