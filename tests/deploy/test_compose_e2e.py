@@ -199,10 +199,9 @@ def stack(engine: list[str], tmp_path: Path) -> Iterator[Stack]:
 
 
 def desktop_containers(prefix: str) -> list[str]:
-    """The desktop containers of the worker (by the name prefix this test gave it)."""
-    out = docker("ps", "-a", "--format", "{{.ID}} {{.Names}}")
-    return [line.split()[0] for line in out.splitlines()
-            if line.split()[1].startswith(prefix)]
+    """The names of the worker's desktop containers (by the name prefix this test gave it)."""
+    return [name for name in docker("ps", "-a", "--format", "{{.Names}}").split()
+            if name.startswith(prefix)]
 
 
 def wait(probe: Callable[[], Any], what: str, timeout: float, *projects: Project,
