@@ -9,7 +9,7 @@ planner version. Then ``down -v`` of both projects leaves nothing of them behind
 network or volume of the projects and no desktop container of the worker.
 
 Needs the engine (scripts/docker-engine.sh start) and builds the missing images
-(scripts/docker-build.sh; CODA_DOCKER_REBUILD=1 rebuilds them all, e.g. after a code change).
+(scripts/docker-build.sh; CODA_E2E_REBUILD=1 rebuilds them all, e.g. after a code change).
 Fails, not skips, under CI=true when the engine is missing.
 """
 
@@ -78,7 +78,7 @@ def engine() -> list[str]:
         _missing("no docker client (bash scripts/docker-engine.sh start)")
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         _missing("no Docker engine answers (bash scripts/docker-engine.sh start)")
-    rebuild = bool(os.environ.get("CODA_DOCKER_REBUILD"))
+    rebuild = bool(os.environ.get("CODA_E2E_REBUILD"))
     missing = [name for name in IMAGES
                if rebuild or subprocess.run(["docker", "image", "inspect", f"coda-{name}:latest"],
                                  capture_output=True, check=False).returncode != 0]
