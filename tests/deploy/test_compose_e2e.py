@@ -206,6 +206,23 @@ def desktop_containers(prefix: str) -> list[str]:
             if name.startswith(prefix)]
 
 
+_UNITS = {"B": 1 / 2**20, "KiB": 1 / 2**10, "kB": 1 / 2**10, "MiB": 1.0, "MB": 1.0,
+          "GiB": 2**10, "GB": 2**10}
+
+
+def desktop_memory(names: list[str]) -> dict[str, float]:
+    """MiB used by each running container (`docker stats`), those that answer."""
+    out = docker("stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}", *names,
+                 check=False)
+    usage = {}
+    for line in out.splitlines():
+        name, used = line.split()[0], line.split()[1]
+        unit = used.lstrip("0123456789.")
+        if unit in _UNITS and used[: -len(unit)]:
+            usage[name] = float(used[: -len(unit)]) * _UNITS[unit]
+    return usage
+
+
 def wait(probe: Callable[[], Any], what: str, timeout: float, *projects: Project,
          on_poll: Callable[[], None] | None = None) -> Any:
     """Poll a state until it holds; the deadline only bounds a hang (then logs are shown)."""
@@ -239,9 +256,14 @@ def test_compose_stack_and_vm_server_run_the_loop(stack: Stack) -> None:
     http = httpx.Client(base_url=stack.master_url, timeout=60,
                         headers={"authorization": f"Bearer {stack.admin_token}"})
     seen: set[str] = set()
+    peak_mib: dict[str, float] = {}
 
     def watch_desktops() -> None:
-        seen.update(desktop_containers(stack.desktop_prefix))
+        names = desktop_containers(stack.desktop_prefix)
+        seen.update(names)
+        if names:  # memory of each desktop container while episodes run (a reported figure)
+            for name, mib in desktop_memory(names).items():
+                peak_mib[name] = max(mib, peak_mib.get(name, 0.0))
 
     created = http.post("/v1/batches", json={"name": "compose-e2e", "tasks": [C02],
                                              "rollouts": ROLLOUTS})
@@ -266,6 +288,7 @@ def test_compose_stack_and_vm_server_run_the_loop(stack: Stack) -> None:
     assert f"{vm.name.removesuffix('vm')}-worker" in names, names
     figures = {"episodes": [{k: e[k] for k in ("id", "status", "success")} for e in episodes],
                "desktop_containers": sorted(seen), "planner_version": version,
+               "desktop_peak_mib": {k: round(v) for k, v in sorted(peak_mib.items())},
                "workers": sorted(names), "submit_to_version_s": round(time.monotonic() - started)}
     log.info("compose_e2e.loop_done", **figures)
     if REPORT:
