@@ -24,9 +24,30 @@
   ``coda worker`` with the model services on the replay backend, see
   :mod:`benchmarks.episodes` (``--episodes 0`` skips them).
 
+With ``--docker`` the same run measures the ``docker`` provider's desktop containers (image
+``coda-desktop:latest``, ``bash scripts/docker-build.sh desktop``) beside the local slots:
+
+* ``docker_first_start_s``: a container from nothing to ready (run, Xvfb, window manager,
+  agent, the shared readiness probe);
+* ``docker_reset_ready_s``: median of ``--resets`` resets after the same "episode", for both
+  resets side by side: ``revert`` (the agent closes the applications, ``docker exec``
+  restores the home and the temporary directories, ready probe) and ``recreate`` (remove the
+  container, run a new one, ready probe);
+* ``docker_screenshot_ms_1280x800_png``: the agent's screenshot over HTTP through the port
+  published on the host's loopback, TeXstudio open on the same document, median of ``--shots``;
+* ``docker_memory_mib_per_slot``: a slot container's memory as ``docker stats`` counts it
+  (usage less inactive file cache), idle and with TeXstudio open on the document;
+  ``docker_cpu_percent_idle_slot``: its CPU use, idle;
+* ``docker_start_<slots>_slots_s``: ``--slots`` containers started at once to ready (what a
+  worker's first episodes wait for; ``start_<slots>_slots_s`` the same for local slots), with
+  their memory together;
+* ``docker_episodes_per_min``: the episodes of ``episodes_per_min`` (same task, models, count
+  and slots) with the worker's slots in desktop containers, right after the local run;
+  ``docker_vs_local_episodes_per_min`` is their ratio.
+
 Ours and theirs alternate, so load from other processes hits both alike.
 
-    python -m benchmarks.env --out benchmarks/results/env.json
+    python -m benchmarks.env --docker --out benchmarks/results/env.json
 """
 
 from __future__ import annotations
@@ -38,12 +59,14 @@ import io
 import json
 import os
 import platform
+import secrets
 import statistics
 import struct
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +75,7 @@ from PIL import Image, ImageGrab
 
 from coda.actions import Click
 from coda.logging import configure_logging, get_logger
+from worker.providers.base import Desktop
 from worker.providers.client import OSWORLD_PREFIX
 from worker.providers.local import LocalDesktop, LocalProvider, LocalSettings
 
@@ -118,13 +142,13 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
 
-def _open_document(desktop: LocalDesktop) -> None:
+def _open_document(desktop: Desktop, home: Path | str) -> None:
     """TeXstudio on the first bundled TeXstudio task's document, so screenshots show an app."""
     guest = desktop.guest
     assert guest is not None
     task = json.loads((ROOT / "examples/scienceboard/VM/TeXstudio/A-01.json").read_text())
     text = next(s["text"] for s in task["initialize"] if s["func"] == "touch")
-    path = f"{desktop.home}/atelier/main.tex"
+    path = f"{home}/atelier/main.tex"
     guest.upload(path, text.encode())
     guest.launch(["texstudio", path])
     deadline = time.monotonic() + 60
@@ -134,7 +158,7 @@ def _open_document(desktop: LocalDesktop) -> None:
         time.sleep(0.05)
 
 
-def _episode(desktop: LocalDesktop) -> None:
+def _episode(desktop: Desktop) -> None:
     """What an episode leaves behind: an application window and a file in the home."""
     guest = desktop.guest
     assert guest is not None
@@ -166,7 +190,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["reset_ready_s_all"] = [round(r, 3) for r in resets]
         assert d.guest is not None and d.display is not None
         guest = d.guest
-        _open_document(d)
+        _open_document(d, d.home)
         os.environ["DISPLAY"] = d.display
         os.environ["XAUTHORITY"] = str(d.dir / "Xauthority")
         with tempfile.TemporaryDirectory() as tmp:
@@ -190,10 +214,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         b = big.desktop(0)
         b.reset()
         assert isinstance(b, LocalDesktop) and b.guest is not None
-        _open_document(b)
+        _open_document(b, b.home)
         bguest = b.guest
         bguest.screenshot()
         big_png = [_ms(lambda: bguest.screenshot()) for _ in range(args.shots)]
+    with LocalProvider(LocalSettings(screen=(1280, 800))) as provider:
+        slots = [provider.desktop(i) for i in range(args.slots)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(len(slots)) as pool:
+            list(pool.map(lambda d: d.reset(), slots))
+        out[f"start_{args.slots}_slots_s"] = round(time.perf_counter() - start, 3)
     ours = _median(series["http_png"])
     osworld = _median(series["osworld_png"])
     out.update({
@@ -208,6 +238,86 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _memory_mib(container: Any) -> float:
+    """Memory as ``docker stats`` shows it: usage less the inactive file cache."""
+    mem = container.stats(stream=False)["memory_stats"]
+    extra = mem.get("stats", {})
+    cache = extra.get("total_inactive_file", extra.get("inactive_file", 0))
+    return round((mem["usage"] - cache) / 2**20, 1)
+
+
+def _cpu_percent(container: Any) -> float:
+    """CPU use over the engine's sampling second, in percent of one core."""
+    st = container.stats(stream=False)
+    cpu, pre = st["cpu_stats"], st["precpu_stats"]
+    used = cpu["cpu_usage"]["total_usage"] - pre.get("cpu_usage", {}).get("total_usage", 0)
+    system = cpu.get("system_cpu_usage", 0) - pre.get("system_cpu_usage", 0)
+    cpus = cpu.get("online_cpus") or os.cpu_count() or 1
+    return round(100.0 * used / system * cpus, 2) if system > 0 else 0.0
+
+
+def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The docker provider's figures (module docstring), on containers named ``prefix-*``."""
+    import docker
+
+    from worker.providers.docker import DESKTOP_IMAGE, DockerProvider, DockerSettings
+    from worker.providers.docker_desktop import ContainerDesktop
+
+    out: dict[str, Any] = {}
+    resets: dict[str, list[float]] = {}
+    for mode in ("revert", "recreate"):
+        settings = DockerSettings(name_prefix=f"{prefix}-{mode}", reset=mode,
+                                  screen=(1280, 800))
+        with DockerProvider(settings) as provider:
+            d = provider.desktop(0)
+            assert isinstance(d, ContainerDesktop)
+            start = time.perf_counter()
+            d.reset()
+            if mode == "revert":
+                out["docker_first_start_s"] = round(time.perf_counter() - start, 3)
+            resets[mode] = []
+            for _ in range(args.resets):
+                _episode(d)
+                start = time.perf_counter()
+                d.reset()
+                resets[mode].append(time.perf_counter() - start)
+            if mode != "revert":
+                continue
+            out["docker_cpu_percent_idle_slot"] = _cpu_percent(d.container)
+            idle = _memory_mib(d.container)
+            _open_document(d, d.home)
+            guest = d.guest
+            assert guest is not None
+            guest.screenshot()  # warm-up
+            shots = [_ms(guest.screenshot) for _ in range(args.shots)]
+            out["docker_screenshot_ms_1280x800_png"] = _median(shots)
+            out["docker_memory_mib_per_slot"] = {"idle": idle,
+                                                 "texstudio_open": _memory_mib(d.container)}
+    # what an episode batch on --slots containers starts with: all of them at once
+    with DockerProvider(DockerSettings(name_prefix=f"{prefix}-fleet")) as provider:
+        fleet = [provider.desktop(i) for i in range(args.slots)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(len(fleet)) as pool:
+            list(pool.map(lambda d: d.reset(), fleet))
+        out[f"docker_start_{args.slots}_slots_s"] = round(time.perf_counter() - start, 3)
+        out[f"docker_memory_mib_{args.slots}_idle_slots"] = round(sum(
+            _memory_mib(d.container) for d in fleet if isinstance(d, ContainerDesktop)), 1)
+    out["docker_reset_ready_s"] = {m: round(statistics.median(r), 3) for m, r in resets.items()}
+    out["docker_reset_ready_s_all"] = {m: [round(x, 3) for x in r] for m, r in resets.items()}
+    client = docker.from_env()
+    try:
+        image = client.images.get(DESKTOP_IMAGE)
+        info = client.info()
+        out["docker_image"] = {"name": DESKTOP_IMAGE, "id": image.short_id,
+                               "size_mb": round(image.attrs["Size"] / 1e6)}
+        out["docker_engine"] = {"version": info.get("ServerVersion"),
+                                "storage_driver": info.get("Driver"),
+                                "cgroup": info.get("CgroupVersion")}
+    finally:
+        client.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -218,11 +328,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slots", type=int, default=4, help="worker slots for episodes_per_min")
     p.add_argument("--record", type=Path, default=None,
                    help="write a succeeded episode's record (JSON) here")
+    p.add_argument("--docker", action="store_true",
+                   help="also measure the docker provider's desktop containers")
     args = p.parse_args(argv)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
     load_before = os.getloadavg()
     started = time.perf_counter()
     result = measure(args)
+    prefix = f"coda-bench-{secrets.token_hex(3)}"
+    if args.docker:
+        result.update(measure_docker(args, prefix))
     if args.episodes > 0:
         if not __package__:  # run as a script (python benchmarks/env.py): find the package
             sys.path.insert(0, str(ROOT))
@@ -239,9 +354,17 @@ def main(argv: list[str] | None = None) -> None:
                                              "wall_s")})
         result[f"step_overhead_ms_{args.slots}_slots"] = fleet["step_overhead_ms"]
         result[f"step_parts_ms_median_{args.slots}_slots"] = fleet["step_parts_ms_median"]
+        if args.docker:
+            boxed = measure_episodes(args.episodes, args.slots, provider="docker",
+                                     provider_options={"name_prefix": f"{prefix}-episodes"})
+            result.update({f"docker_{k}": boxed[k] for k in (
+                "episodes_completed", "episodes_succeeded", "episodes_per_min", "wall_s",
+                "step_overhead_ms")})
+            result["docker_vs_local_episodes_per_min"] = round(
+                boxed["episodes_per_min"] / fleet["episodes_per_min"], 2)
     result.update({
         "config": {"resets": args.resets, "shots": args.shots, "actions": args.actions,
-                   "episodes": args.episodes, "slots": args.slots,
+                   "episodes": args.episodes, "slots": args.slots, "docker": args.docker,
                    "episode_task": "TeXstudio/C-02 (replay backend)"},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_before": [round(x, 2) for x in load_before],

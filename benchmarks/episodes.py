@@ -69,8 +69,12 @@ def replay_services(artifacts: Path, work: Path, token: str) -> Iterator[tuple[s
 
 @contextmanager
 def worker_process(master: Master, planner: str, executor: str, token: str, slots: int,
-                   log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    env = {"CODA_WORKER_MASTER_URL": master.url,
+                   log_path: Path, provider: str = "local",
+                   provider_options: dict[str, Any] | None = None,
+                   ) -> Iterator[subprocess.Popen[bytes]]:
+    env = {"CODA_WORKER_PROVIDER": provider,
+           "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(provider_options or {}),
+           "CODA_WORKER_MASTER_URL": master.url,
            "CODA_WORKER_TOKEN": master.worker_token, "CODA_WORKER_PLANNER_URL": planner,
            "CODA_WORKER_EXECUTOR_URL": executor, "CODA_WORKER_SERVICE_TOKEN": token,
            "CODA_WORKER_SLOTS": str(slots), "CODA_WORKER_JOB_SLOTS": "0",
@@ -113,8 +117,10 @@ def summarize(episodes: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 
 def measure(episodes: int, slots: int, timeout_s: float = 1800.0,
-            record: Path | None = None) -> dict[str, Any]:
-    """The figures; ``record``: where a succeeded episode's record (JSON) is written."""
+            record: Path | None = None, provider: str = "local",
+            provider_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures; ``record``: where a succeeded episode's record (JSON) is written;
+    ``provider`` / ``provider_options``: the worker's desktops (``docker``: containers)."""
     token = "inference-" + secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="coda-bench-episodes-") as tmp:
         work = Path(tmp)
@@ -125,7 +131,8 @@ def measure(episodes: int, slots: int, timeout_s: float = 1800.0,
             admin = httpx.Client(base_url=master.url, timeout=60, headers={
                 "authorization": f"Bearer {master.admin_token}"})
             task = json.loads(TASK.read_text())
-            with worker_process(master, planner, executor, token, slots, work / "worker.log"):
+            with worker_process(master, planner, executor, token, slots, work / "worker.log",
+                                provider, provider_options):
                 started = time.monotonic()
                 created = admin.post("/v1/batches", json={
                     "tasks": [task], "rollouts": episodes, "judge": "never"})

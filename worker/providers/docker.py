@@ -1,15 +1,20 @@
-"""The ``docker`` provider: OSWorld's QEMU-in-Docker image through the Docker SDK.
+"""The ``docker`` provider, two modes through the Docker SDK:
 
-Per slot one container (``happysixd/osworld-docker``) running the VM disk (qcow2, mounted
-read-only at ``/System.qcow2``) with ``RAM_SIZE`` / ``CPU_CORES`` / ``DISK_SIZE``; ``/dev/kvm``
-is passed through when this host has it (without it ``KVM=N`` and a warning: very slow). Its
-ports (5000 guest server, 8006 VNC, 9222 Chrome, 8080 VLC, 8000 application APIs) are published
-on host ports Docker picks, read back from the container, so parallel slots never collide.
-Readiness: the shared probe on the guest server. Reset, as in OSWorld: remove the container and
-create a new one.
-
-Verified here only against a recorded Docker Engine API transcript (tests/worker/transcripts);
-it still needs a Docker engine (and KVM) to be verified.
+* **desktop containers** (no ``qcow2``; image ``coda-desktop:latest`` of
+  ``deploy/docker/Dockerfile.desktop``): per slot one container running Xvfb, the window manager,
+  the slot applications and the project's guest agent with a token generated for the slot; reset
+  closes the applications and restores the home inside the container (or recreates it). See
+  :mod:`worker.providers.docker_desktop`; tested against a real engine (tests/worker/
+  test_docker_provider.py).
+* **OSWorld's QEMU-in-Docker** (``qcow2`` set; image ``happysixd/osworld-docker``): per slot one
+  container running the VM disk (qcow2, mounted read-only at ``/System.qcow2``) with
+  ``RAM_SIZE`` / ``CPU_CORES`` / ``DISK_SIZE``; ``/dev/kvm`` is passed through when this host has
+  it (without it ``KVM=N`` and a warning: very slow). Its ports (5000 guest server, 8006 VNC,
+  9222 Chrome, 8080 VLC, 8000 application APIs) are published on host ports Docker picks, read
+  back from the container, so parallel slots never collide. Readiness: the shared probe on the
+  guest server. Reset, as in OSWorld: remove the container and create a new one. Verified here
+  only against a recorded Docker Engine API transcript (tests/worker/transcripts); it still
+  needs KVM and OSWorld's image to be verified.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import SecretStr
 
@@ -41,18 +46,37 @@ def _from_env() -> Any:
     return docker.from_env()
 
 
+QEMU_IMAGE = "happysixd/osworld-docker"
+DESKTOP_IMAGE = "coda-desktop:latest"
+
+
 @dataclass
 class DockerSettings:
-    qcow2: Path  # the VM disk: OSWorld's Ubuntu.qcow2, ScienceBoard's, or one with the agent
-    image: str = "happysixd/osworld-docker"
-    ram: str = "4G"
-    cpus: int = 4
-    disk: str = "32G"
-    bind_host: str = "127.0.0.1"
-    name_prefix: str = "coda-desktop"
-    guest_token: SecretStr | None = None
+    """Options of the docker provider (``provider_options``). Without ``qcow2``: desktop
+    containers of ``image`` (default ``coda-desktop:latest``); with it: OSWorld's QEMU image."""
+
+    qcow2: Path | None = None  # the VM disk (QEMU mode): OSWorld's Ubuntu.qcow2, ScienceBoard's
+    image: str | None = None  # default: coda-desktop:latest, or happysixd/osworld-docker (qcow2)
+    ram: str = "4G"  # QEMU mode: the VM's memory
+    cpus: int = 4  # QEMU mode: the VM's cores
+    disk: str = "32G"  # QEMU mode
+    bind_host: str = "127.0.0.1"  # where published ports listen (the host's loopback)
+    name_prefix: str = "coda-desktop"  # containers are <prefix>-<slot>; stale ones removed
+    guest_token: SecretStr | None = None  # QEMU mode (desktop mode generates one per slot)
     ready_timeout_s: float = 300.0
     client: Callable[[], Any] = field(default=_from_env)  # a docker.DockerClient factory
+    # desktop mode
+    reset: Literal["revert", "recreate"] = "revert"  # close apps + restore home, or a new container
+    screen: tuple[int, int] = (1280, 800)
+    network: str | None = None  # a network to attach to (default: the engine's bridge)
+    mem_limit: str | None = None  # a memory limit per container, e.g. "2g"
+    cpu_limit: float | None = None  # a CPU limit per container, in cores
+    shm_size: str = "256m"  # /dev/shm (Chromium-based help views, Qt)
+    close_timeout_s: float = 10.0  # revert: wait this long for the windows to close
+
+    @property
+    def image_name(self) -> str:
+        return self.image or (QEMU_IMAGE if self.qcow2 is not None else DESKTOP_IMAGE)
 
 
 class DockerDesktop(Desktop):
@@ -86,8 +110,9 @@ class DockerDesktop(Desktop):
         env, devices = self._environment()
         try:
             self._remove_stale()
+            assert self.s.qcow2 is not None
             self.container = self.client.containers.run(
-                self.s.image, name=self.name, detach=True, environment=env, devices=devices,
+                self.s.image_name, name=self.name, detach=True, environment=env, devices=devices,
                 cap_add=["NET_ADMIN"], labels={"coda.slot": str(self.slot)},
                 volumes={str(self.s.qcow2.resolve()): {"bind": "/System.qcow2", "mode": "ro"}},
                 ports={f"{p}/tcp": (self.s.bind_host, None) for p in GUEST_PORTS.values()})
@@ -140,7 +165,9 @@ def _published(attrs: dict[str, Any]) -> dict[str, int]:
     return {name: int(bound[f"{port}/tcp"][0]["HostPort"]) for name, port in GUEST_PORTS.items()}
 
 
-class DockerProvider(Provider[DockerDesktop]):
+class DockerProvider(Provider[Desktop]):
+    """QEMU mode with ``qcow2``, desktop containers without."""
+
     name = "docker"
 
     def __init__(self, settings: DockerSettings) -> None:
@@ -148,9 +175,17 @@ class DockerProvider(Provider[DockerDesktop]):
         self.settings = settings
         self._client: Any = None
 
-    def _make(self, slot: int) -> DockerDesktop:
+    def _make(self, slot: int) -> Desktop:
         if self._client is None:
             self._client = self.settings.client()
+            if self.settings.qcow2 is None:
+                from worker.providers.docker_desktop import remove_stale
+
+                remove_stale(self._client, self.settings.name_prefix)
+        if self.settings.qcow2 is None:
+            from worker.providers.docker_desktop import ContainerDesktop
+
+            return ContainerDesktop(slot, self.settings, self._client)
         return DockerDesktop(slot, self.settings, self._client)
 
     def close(self) -> None:

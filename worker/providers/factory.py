@@ -50,6 +50,8 @@ def make_provider(name: str, options: dict[str, Any] | None = None, *,
     if name == "docker":
         from worker.providers.docker import DockerProvider, DockerSettings
 
+        if opts.get("qcow2") is None:  # desktop containers: the worker's screen size
+            opts.setdefault("screen", tuple(screen))
         return DockerProvider(_settings(DockerSettings, opts, name))
     if name == "vmware":
         from worker.providers.vmware import VmwareProvider, VmwareSettings

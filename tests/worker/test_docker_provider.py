@@ -1,0 +1,226 @@
+"""The docker provider's desktop containers on a real engine (image coda-desktop:latest, built
+by the ``desktop_image`` fixture when missing): the contract check, resets that really clean
+(the fast revert and the recreate), broken desktops detected with a typed reason and replaced,
+stale containers removed, slots isolated, and no container left afterwards. Every container
+carries a name prefix unique to this run and is removed at the end."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+
+from coda.contracts.desktop import BrokenReason
+from worker.providers.conformance import check_desktop
+from worker.providers.docker import DockerProvider, DockerSettings
+from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
+
+from .helpers import wait_until, window
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _ours(client: Any, prefix: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{PREFIX_LABEL}={prefix}"}))
+
+
+@pytest.fixture(scope="module")
+def prefix(docker_client: Any, desktop_image: str) -> Iterator[str]:
+    """A name prefix for this module's containers; whatever carries it is removed after."""
+    p = f"coda-test-{secrets.token_hex(3)}"
+    yield p
+    for c in _ours(docker_client, p):
+        c.remove(force=True)
+
+
+def _provider(prefix: str, **options: Any) -> DockerProvider:
+    return DockerProvider(DockerSettings(name_prefix=prefix, ready_timeout_s=60, **options))
+
+
+@pytest.fixture(scope="module")
+def provider(prefix: str) -> Iterator[DockerProvider]:
+    with _provider(prefix) as p:
+        yield p
+
+
+@pytest.fixture
+def desktop(provider: DockerProvider) -> ContainerDesktop:
+    d = provider.desktop(0)
+    assert isinstance(d, ContainerDesktop)
+    d.reset()
+    return d
+
+
+def test_desktop_container_passes_the_provider_contract(provider: DockerProvider) -> None:
+    d = provider.desktop(5)
+    check_desktop(d)
+    assert isinstance(d, ContainerDesktop) and d.container is None
+
+
+def test_ports_are_published_on_loopback_only(desktop: ContainerDesktop) -> None:
+    bound = desktop.container.attrs["NetworkSettings"]["Ports"]
+    hosts = {b["HostIp"] for binds in bound.values() for b in binds or []}
+    assert hosts == {"127.0.0.1"}, bound
+    assert desktop.guest is not None
+    assert desktop.guest.base_url == f"http://127.0.0.1:{desktop.ports['agent']}"
+    assert desktop.layout.app_url == f"http://127.0.0.1:{desktop.ports['apps']}"
+
+
+def test_the_agent_refuses_requests_without_the_slot_token(desktop: ContainerDesktop) -> None:
+    import httpx
+
+    assert desktop.guest is not None
+    url = desktop.guest.base_url
+    assert httpx.get(f"{url}/health").status_code == 200  # readiness needs no token
+    assert httpx.get(f"{url}/screenshot").status_code == 401
+    wrong = {"authorization": f"Bearer {secrets.token_urlsafe(24)}"}
+    assert httpx.get(f"{url}/screenshot", headers=wrong).status_code == 401
+
+
+PIDS = ("import os, sys; needle = sys.argv[1].encode(); print(' '.join(p for p in os.listdir("
+        "'/proc') if p.isdigit() and int(p) != os.getpid() and needle in open("
+        "f'/proc/{p}/cmdline', 'rb').read().replace(bytes(1), b' ')))")
+
+
+def _pids(d: ContainerDesktop, needle: str) -> list[int]:
+    """Processes in the container whose command line holds ``needle`` (no procps there)."""
+    code, out = d.container.exec_run(["python", "-c", PIDS, needle], user="root")
+    assert code == 0, out
+    return [int(p) for p in out.decode().split()]
+
+
+def _leave_an_episode_behind(d: ContainerDesktop) -> None:
+    guest = d.guest
+    assert guest is not None
+    out = guest.execute("echo episode-1 > ~/atelier/left-behind.txt && echo x > ~/.secret "
+                        "&& echo t > /tmp/episode-tmp", shell=True)
+    assert out["returncode"] == 0, out
+    guest.launch(["xterm", "-T", "episode-1"])
+    guest.launch("sleep 600 &", shell=True)
+    wait_until(lambda: window(guest, "episode-1"), "the first episode's xterm")
+
+
+def _assert_clean(d: ContainerDesktop) -> None:
+    guest = d.guest
+    assert guest is not None
+    assert guest.read_file("/home/user/atelier/left-behind.txt") is None
+    assert guest.read_file("/home/user/.secret") is None
+    assert guest.read_file("/tmp/episode-tmp") is None
+    assert guest.windows() == []
+    assert guest.read_file("/home/user/.config/texstudio/texstudio.ini"), "template restored"
+    assert _pids(d, "sleep 600") == []
+
+
+def test_revert_really_cleans_and_keeps_the_container(desktop: ContainerDesktop) -> None:
+    _leave_an_episode_behind(desktop)
+    container = desktop.container.id
+    desktop.reset()
+    _assert_clean(desktop)
+    assert desktop.container.id == container, "the fast reset keeps the container"
+    assert desktop.health().ok
+
+
+def test_recreate_really_cleans_with_a_new_container(prefix: str) -> None:
+    with _provider(f"{prefix}-re", reset="recreate") as p:
+        d = p.desktop(0)
+        assert isinstance(d, ContainerDesktop)
+        d.reset()
+        _leave_an_episode_behind(d)
+        container = d.container.id
+        d.reset()
+        assert d.container.id != container
+        _assert_clean(d)
+
+
+def _wait_exited(d: ContainerDesktop) -> None:
+    def exited() -> bool:
+        d.container.reload()
+        return bool(d.container.status != "running")
+    wait_until(exited, "the container to exit")
+
+
+def test_a_killed_container_is_reported_and_replaced(desktop: ContainerDesktop) -> None:
+    desktop.container.kill()
+    _wait_exited(desktop)
+    health = desktop.health()
+    assert not health.ok and health.reason is BrokenReason.VM_OFF, health
+    before = desktop.replacements
+    desktop.reset()
+    assert desktop.replacements == before + 1
+    assert desktop.last_broken is not None and desktop.last_broken.reason is BrokenReason.VM_OFF
+    assert desktop.health().ok
+
+
+@pytest.mark.parametrize(("process", "reason"), [("worker.guest serve", BrokenReason.AGENT_GONE),
+                                                 ("Xvfb", BrokenReason.X_CRASHED)])
+def test_a_dead_process_is_reported_with_its_reason_and_replaced(
+        desktop: ContainerDesktop, process: str, reason: BrokenReason) -> None:
+    pids = _pids(desktop, process)
+    assert len(pids) == 1, pids
+    code, out = desktop.container.exec_run(["sh", "-c", f"kill -KILL {pids[0]}"],
+                                             user="root")
+    assert code == 0, out
+    _wait_exited(desktop)
+    health = desktop.health()
+    assert not health.ok and health.reason is reason, health
+    desktop.reset()
+    assert desktop.last_broken is not None and desktop.last_broken.reason is reason
+    assert desktop.health().ok
+
+
+def test_close_removes_every_container(prefix: str, docker_client: Any) -> None:
+    p = _provider(f"{prefix}-close")
+    for slot in (0, 1):
+        p.desktop(slot).reset()
+    assert len(_ours(docker_client, f"{prefix}-close")) == 2
+    p.close()
+    assert _ours(docker_client, f"{prefix}-close") == []
+
+
+def test_stale_containers_of_the_prefix_are_removed(prefix: str, docker_client: Any) -> None:
+    left = _provider(f"{prefix}-stale")
+    left.desktop(3).reset()  # a worker that died without closing: its container stays
+    stale = _ours(docker_client, f"{prefix}-stale")
+    assert len(stale) == 1
+    with _provider(f"{prefix}-stale") as p:
+        p.desktop(0)
+        assert [c.id for c in _ours(docker_client, f"{prefix}-stale")] == []
+    left.close()  # its container is gone already: nothing to remove
+
+
+def test_slots_are_isolated(provider: DockerProvider) -> None:
+    a, b = provider.desktop(1), provider.desktop(2)
+    path = "/home/user/atelier/main.tex"
+    for d, text in ((a, "a"), (b, "b")):
+        assert isinstance(d, ContainerDesktop)
+        d.reset()
+        assert d.guest is not None
+        d.guest.upload(path, f"\\documentclass{{article}} % {text}\n".encode())
+        d.guest.launch(["texstudio", path])
+    for d in (a, b):
+        wait_until(partial(window, d.guest, "main.tex"), f"TeXstudio on slot {d.slot}",
+                   timeout=90)
+    assert isinstance(a, ContainerDesktop) and isinstance(b, ContainerDesktop)
+    assert a.container.id != b.container.id and a.ports != b.ports and a.token != b.token
+    assert a.guest is not None and b.guest is not None
+    assert a.guest.read_file(path) != b.guest.read_file(path)
+
+
+def test_the_screen_size_is_the_providers(prefix: str) -> None:
+    with _provider(f"{prefix}-screen", screen=(1024, 768)) as p:
+        obs = p.desktop(0).reset()
+        assert (obs.width, obs.height) == (1024, 768)
+
+
+def test_the_image_refuses_to_start_without_a_token(docker_client: Any, prefix: str,
+                                                   desktop_image: str) -> None:
+    c = docker_client.containers.run(desktop_image, detach=True,
+                                     labels={PREFIX_LABEL: prefix}, network_mode="none")
+    try:
+        assert c.wait(timeout=60)["StatusCode"] == 2
+        assert "CODA_GUEST_TOKEN" in c.logs().decode()
+    finally:
+        c.remove(force=True)

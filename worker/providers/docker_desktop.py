@@ -1,0 +1,186 @@
+"""The ``docker`` provider's desktop-container mode: per slot one container of the desktop slot
+image (``deploy/docker/Dockerfile.desktop``, ``coda-desktop:latest``) running Xvfb, the window
+manager and the project's guest agent (``worker.providers.session``) as a non-root user.
+
+* Start: a container named ``<name_prefix>-<slot>`` with a token generated for the slot
+  (``CODA_GUEST_TOKEN``) and the screen size (``CODA_DESKTOP_SCREEN``); the agent's port (5000)
+  and ScienceBoard's application port (8000) are published on free ports of the host's loopback
+  (``bind_host``), read back from the container. Readiness: the shared probe (agent answers,
+  display up, screenshot not blank); while it waits, a container that exited ends the wait with
+  its typed reason.
+* Reset (``reset="revert"``, the default): the agent closes every application it started, the
+  provider waits until no window is left, then ``coda-desktop-restore`` (as root, through
+  ``docker exec``) makes the home a fresh copy of the image's template and empties what the
+  desktop user left in ``/tmp``, ``/var/tmp`` and ``/dev/shm``: the container, display and
+  agent stay. ``reset="recreate"``: remove the container and run a new one from the image
+  (everything fresh, slower: see ``benchmarks/results/env.json``).
+* Health: the container's state first: a session that exited says which process died (exit
+  code 3/4 ``x_crashed``, 5 ``agent_gone``: :data:`worker.providers.session.EXIT_REASONS`);
+  killed, out of memory or gone is ``vm_off``. Then the agent's own health.
+* Close removes the container. At the provider's first desktop, containers left by an earlier
+  run with the same ``name_prefix`` (label ``coda.desktop.prefix``) are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
+from worker.providers.base import Desktop, GuestLayout, log
+from worker.providers.client import GuestClient
+from worker.providers.image import SCIENCEBOARD_IMAGE
+from worker.providers.session import EXIT_REASONS
+
+if TYPE_CHECKING:
+    from worker.providers.docker import DockerSettings
+
+AGENT_PORT = 5000
+APPS_PORT = 8000
+PREFIX_LABEL = "coda.desktop.prefix"
+RESTORE = ["coda-desktop-restore"]
+
+
+def remove_stale(client: Any, prefix: str) -> int:
+    """Remove every container an earlier run left with this name prefix; how many."""
+    from docker.errors import NotFound
+
+    stale = client.containers.list(all=True, filters={"label": f"{PREFIX_LABEL}={prefix}"})
+    for c in stale:
+        with contextlib.suppress(NotFound):
+            c.remove(force=True)
+    if stale:
+        log.warning("docker.stale_removed", prefix=prefix, containers=[c.name for c in stale])
+    return len(stale)
+
+
+class ContainerDesktop(Desktop):
+    """One slot: one container of the desktop slot image."""
+
+    provider_name = "docker"
+
+    def __init__(self, slot: int, settings: DockerSettings, client: Any) -> None:
+        super().__init__(slot, ready_timeout_s=settings.ready_timeout_s)
+        self.s = settings
+        self.client = client
+        self.name = f"{settings.name_prefix}-{slot}"
+        self.container: Any = None
+        self.ports: dict[str, int] = {}
+        self.token = ""
+        self.revert_restarts_guest = settings.reset == "recreate"
+        self.home = "/home/user"
+
+    # hooks -------------------------------------------------------------------------------
+
+    def _start(self) -> GuestClient:
+        from docker.errors import DockerException, ImageNotFound, NotFound
+
+        w, h = self.s.screen
+        self.token = secrets.token_urlsafe(24)
+        image = self.s.image_name
+        try:
+            with contextlib.suppress(NotFound):
+                self.client.containers.get(self.name).remove(force=True)
+            self.container = self.client.containers.run(
+                image, name=self.name, detach=True,
+                environment={"CODA_GUEST_TOKEN": self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
+                             "CODA_DESKTOP_ID": self.name},
+                labels={PREFIX_LABEL: self.s.name_prefix, "coda.slot": str(self.slot)},
+                ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),
+                       f"{APPS_PORT}/tcp": (self.s.bind_host, None)},
+                network=self.s.network, mem_limit=self.s.mem_limit, shm_size=self.s.shm_size,
+                nano_cpus=int(self.s.cpu_limit * 1e9) if self.s.cpu_limit else None)
+            self.container.reload()
+            bound = self.container.attrs["NetworkSettings"]["Ports"]
+            self.ports = {name: int(bound[f"{port}/tcp"][0]["HostPort"])
+                          for name, port in (("agent", AGENT_PORT), ("apps", APPS_PORT))}
+        except ImageNotFound as exc:
+            self._stop()
+            raise DesktopBroken(BrokenReason.START_FAILED,
+                                f"image {image} not found: build it with "
+                                "`bash scripts/docker-build.sh desktop`") from exc
+        except (DockerException, KeyError, IndexError, TypeError, ValueError) as exc:
+            self._stop()
+            raise DesktopBroken(BrokenReason.START_FAILED, f"docker: {exc}") from exc
+        log.info("docker.started", slot=self.slot, container=self.container.short_id,
+                 image=image, ports=self.ports)
+        host = self.s.bind_host
+        self.layout = GuestLayout(portlike=APPS_PORT, app_url=f"http://{host}:{self.ports['apps']}",
+                                  rewrites=list(SCIENCEBOARD_IMAGE.command_rewrites))
+        return GuestClient(f"http://{host}:{self.ports['agent']}", token=self.token)
+
+    def _revert(self) -> GuestClient | None:
+        if self.s.reset == "recreate":
+            self._stop()
+            return self._start()
+        guest = self._guest()
+        guest.close_apps()
+        deadline = time.monotonic() + self.s.close_timeout_s
+        while guest.windows():
+            if time.monotonic() > deadline:
+                raise DesktopBroken(BrokenReason.NOT_ANSWERING,
+                                    "windows survived closing the apps")
+            time.sleep(0.02)
+        self._exec_root(RESTORE)
+        return None
+
+    def _exec_root(self, argv: list[str]) -> None:
+        from docker.errors import DockerException
+
+        try:
+            code, out = self.container.exec_run(argv, user="root")
+        except DockerException as exc:
+            raise DesktopBroken(BrokenReason.VM_OFF, f"docker exec: {exc}") from exc
+        if code != 0:
+            text = out.decode(errors="replace")[-300:] if isinstance(out, bytes) else str(out)
+            raise DesktopBroken(BrokenReason.START_FAILED,
+                                f"{' '.join(argv)} exited {code}: {text}")
+
+    def _stop(self) -> None:
+        from docker.errors import DockerException, NotFound
+
+        container, self.container = self.container, None
+        if container is None:
+            return
+        try:
+            container.remove(force=True)
+        except NotFound:
+            pass
+        except DockerException as exc:
+            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc))
+
+    def _machine_health(self) -> Health:
+        from docker.errors import DockerException, NotFound
+
+        if self.container is None:
+            return Health(ok=False, reason=BrokenReason.VM_OFF, detail="no container")
+        try:
+            self.container.reload()
+        except NotFound:
+            return Health(ok=False, reason=BrokenReason.VM_OFF,
+                          detail=f"container {self.name} is gone")
+        except DockerException as exc:
+            return Health(ok=False, reason=BrokenReason.VM_OFF, detail=str(exc))
+        if self.container.status == "running":
+            return Health(ok=True)
+        state = self.container.attrs.get("State", {})
+        code = int(state.get("ExitCode", -1))
+        reason = EXIT_REASONS.get(code, BrokenReason.VM_OFF)
+        detail = (f"container {self.container.status} (exit {code}"
+                  f"{', out of memory' if state.get('OOMKilled') else ''}): {self._log_tail()}")
+        return Health(ok=False, reason=reason, detail=detail)
+
+    def _down(self) -> Health | None:
+        h = self._machine_health()
+        return None if h.ok else h
+
+    def _log_tail(self, lines: int = 5) -> str:
+        from docker.errors import DockerException
+
+        try:
+            out = self.container.logs(tail=lines)
+        except DockerException:
+            return ""
+        return " | ".join(out.decode(errors="replace").strip().splitlines())[-600:]
