@@ -44,6 +44,9 @@ from coda.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "serving.json"
+RECORDED_BY_TESTS = ("version_recovery_s", "version_recovery_from_kill_s")
+"""Seconds until a restarted vLLM serves the current planner version again (after it answers;
+after the kill), written here by ``CODA_RECORD_RESULTS=1 pytest tests/vllm/test_versions.py``."""
 log = get_logger("benchmarks.serving")
 
 INSTRUCTION = "Open the File menu of KAlgebra and save the current session as 'session.kal'."
@@ -124,9 +127,11 @@ class Parity:
 
 
 async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir: Path,
-                         state: StateRef, *, g: int, max_tokens: int, groups: int) -> Parity:
-    """Plans sampled by ``backend`` (temperature 1, with token ids and log-probs) against the
-    trainer's own log-probs of the same ids under the weights in ``model_dir``."""
+                         state: StateRef, *, g: int, max_tokens: int, groups: int,
+                         temperature: float = 1.0) -> Parity:
+    """Plans sampled by ``backend`` (at ``temperature``, with token ids and log-probs) against
+    the trainer's own log-probs of the same ids under the weights in ``model_dir`` (taken at
+    ``logits / temperature``, as the trainer does)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -143,7 +148,7 @@ async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir:
     for seed in range(groups * 10):  # the random model may sample image placeholders: skip
         if len(diffs) == groups:
             break
-        options = GenerateOptions(n=g, max_tokens=max_tokens, temperature=1.0, seed=seed,
+        options = GenerateOptions(n=g, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                   logprobs=True)
         completions = await backend.chat(messages, options)
         group = Group(state=state, target=Click(x=20, y=10), planner_version="base", candidates=[
@@ -155,7 +160,7 @@ async def logprob_parity(backend: ChatBackend, model_dir: str | Path, store_dir:
         except GroupDataError:
             continue
         with torch.no_grad():
-            mine = shared_logprobs(model, enc, 1.0)
+            mine = shared_logprobs(model, enc, temperature)
         sampler = enc.padded_sampler_logprobs()
         assert sampler is not None
         mask = enc.mask().bool()
@@ -283,6 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coda-serving-") as tmp:
         result = asyncio.run(run(cfg, Path(tmp)))
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.out.exists():  # figures measured by tests/vllm/test_versions.py are kept
+        old = json.loads(cfg.out.read_text())
+        result.update({k: old[k] for k in RECORDED_BY_TESTS if k in old})
     cfg.out.write_text(json.dumps(result, indent=2) + "\n")
     log.info("bench.serving_written", out=str(cfg.out),
              plans_per_s_ratio=round(result["plans_per_s_ratio"], 2),

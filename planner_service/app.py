@@ -20,7 +20,13 @@ from coda.contracts.services_api import (
     PlanResponse,
 )
 from coda.imagerefs import FieldPath
-from coda.inference.base import ChatBackend, GenerateOptions, PromptTooLong
+from coda.inference.base import (
+    BackendRejected,
+    ChatBackend,
+    Completion,
+    GenerateOptions,
+    PromptTooLong,
+)
 from coda.inference.images import encode_data_url
 from coda.logging import get_logger
 from coda.modelservice.app import (
@@ -32,13 +38,14 @@ from coda.modelservice.app import (
     get_state,
     too_long,
 )
-from coda.modelservice.errors import Unavailable
+from coda.modelservice.errors import NotFound, Unavailable
 from coda.modelservice.state import ModelState
 from coda.prompts.planner import PastStep, build_planner_messages
 from coda.service import current_cancel_event, error_responses
 from planner_service.adapters import BASE, AdapterRegistry
 from planner_service.parsing import parse_plan
 from planner_service.settings import PlannerSettings
+from planner_service.versions import VersionSync, restore_lost, stop_quietly
 
 log = get_logger("planner_service")
 
@@ -53,10 +60,35 @@ class PlannerState(ModelState):
         super().__init__(settings, {"planner": settings.spec()}, backends)
         self._adapters: AdapterRegistry | None = None
 
+        self.sync: VersionSync | None = None
+
     async def on_loaded(self) -> None:
         s = self.settings
-        self._adapters = AdapterRegistry(self.backend(), self.reader.store, s.adapter_cache_dir,
-                                         s.adapter_roots, s.max_adapter_bytes)
+        registry = AdapterRegistry(self.backend(), self.reader.store, s.adapter_cache_dir,
+                                   s.adapter_roots, s.max_adapter_bytes)
+        if s.master_url:
+            self.sync = VersionSync(registry, self.backend(), s.master_url,
+                                    token=s.master_bearer(), interval_s=s.version_poll_s,
+                                    keep=s.keep_versions)
+            try:  # plans wait for the current version (or for a failed first pull)
+                await self.sync.sync()
+            except Exception as exc:
+                log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
+            self.sync.start()
+        self._adapters = registry
+
+    async def readiness(self) -> dict[str, Any]:
+        """Ready once the adapter registry is there (after the first pull from the master)."""
+        detail = await super().readiness()
+        if self._adapters is None:
+            raise RuntimeError("pulling the planner versions from the master")
+        if self.sync is not None:
+            detail["current_version"] = self.sync.current
+        return detail
+
+    async def stop(self) -> None:
+        await stop_quietly(self.sync)
+        await super().stop()
 
     @property
     def adapters(self) -> AdapterRegistry:
@@ -107,20 +139,55 @@ def _texts(req: PlanRequest) -> list[tuple[tuple[str | int, ...], str | None]]:
             *((("body", "history", i, "thought"), h.thought) for i, h in enumerate(req.history))]
 
 
+async def _resolve(st: PlannerState, requested: str | None) -> str | None:
+    """The adapter to use; a version this service has not loaded yet is first looked up at
+    the master (a group job may name a version published since the last poll)."""
+    try:
+        return st.adapters.resolve(requested)
+    except NotFound:
+        if st.sync is None:
+            raise
+    try:
+        await st.sync.sync()
+    except Exception as exc:  # the master or the model server away: retry later, not a 404
+        log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
+        raise Unavailable(f"adapter '{requested}' is not loaded and the master's versions "
+                          f"could not be pulled now ({type(exc).__name__}), retry later"
+                          ) from None
+    return st.adapters.resolve(requested)
+
+
+async def _chat(st: PlannerState, messages: list[dict[str, Any]],
+                options: GenerateOptions) -> list[Completion]:
+    """The backend's completions; an adapter the server no longer knows (a restarted vLLM
+    answers 404) is loaded again and the request sent once more, else 503 (retry later)."""
+    backend = st.backend()
+    try:
+        return await backend.chat(messages, options)
+    except BackendRejected as exc:
+        if exc.status != 404 or options.adapter is None:
+            raise
+        log.warning("planner.adapter_lost", version=options.adapter, error=str(exc)[:300])
+        if options.adapter not in await restore_lost(st.adapters, backend):
+            raise Unavailable(f"adapter '{options.adapter}' is being loaded again by the "
+                              "model server, retry later") from None
+    return await backend.chat(messages, options)
+
+
 @router.post("/plan", response_model=PlanResponse, dependencies=INFERENCE,
              responses=error_responses(*MODEL_ROUTE_ERRORS, 404))
 async def plan(req: PlanRequest, st: StateDep) -> PlanResponse:
     """Sample ``n`` next-step plans, each tagged with the adapter version that wrote it."""
     start = time.perf_counter()
     check_max_tokens(req.sampling, st)
-    adapter = st.adapters.resolve(req.adapter)
+    adapter = await _resolve(st, req.adapter)
     messages = await build_messages(req, st)
     options = GenerateOptions(n=req.n, temperature=req.sampling.temperature,
                               top_p=req.sampling.top_p, max_tokens=req.sampling.max_tokens,
                               seed=req.sampling.seed, adapter=adapter,
                               logprobs=req.return_logprobs, cancel=current_cancel_event())
     try:
-        completions = await st.backend().chat(messages, options)
+        completions = await _chat(st, messages, options)
     except PromptTooLong as exc:
         raise too_long(exc, _texts(req)) from None
     plans = []

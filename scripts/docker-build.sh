@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the project's images: `deploy/docker/Dockerfile.NAME` -> `coda-NAME:latest`.
 #
-#   bash scripts/docker-build.sh master models worker desktop ...
+#   bash scripts/docker-build.sh master models worker postgres redis desktop ...
 #   CODA_DOCKER_PUBLIC=1 bash scripts/docker-build.sh master   # the Dockerfiles' own defaults
 #
 # By default nothing is pulled from an image registry or fetched from a package index inside a
@@ -25,10 +25,19 @@ extras_of() {
   esac
 }
 
+# the base of each image: Debian's (postgres, redis: Debian's packages) or Python's (the rest)
+base_of() {
+  case "$1" in
+    postgres|redis) echo "${CODA_DEBIAN_IMAGE:-coda-base/debian:bookworm}" ;;
+    *) echo "${CODA_PYTHON_IMAGE:-coda-base/python:3.11}" ;;
+  esac
+}
+
 args=()
+local_bases=
 if [ -z "${CODA_DOCKER_PUBLIC:-}" ]; then
+  local_bases=1
   bash scripts/docker-base.sh
-  args+=(--build-arg "BASE_IMAGE=${CODA_PYTHON_IMAGE:-coda-base/python:3.11}")
   args+=(--build-arg "DEBIAN_IMAGE=${CODA_DEBIAN_IMAGE:-coda-base/debian:bookworm}")
   need=()
   for img in "$@"; do e="$(extras_of "$img")"; [ -n "$e" ] && need+=("$e"); done
@@ -56,6 +65,9 @@ for img in "$@"; do
   [ -f "$file" ] || { echo "docker-build: no $file" >&2; exit 2; }
   echo "docker-build: coda-$img:latest ..." >&2
   start=$(date +%s)
-  docker build -q --network host "${args[@]}" -f "$file" -t "coda-$img:latest" . >/dev/null
+  base=()
+  [ -n "$local_bases" ] && base=(--build-arg "BASE_IMAGE=$(base_of "$img")")
+  docker build -q --network host ${args[@]+"${args[@]}"} "${base[@]}" -f "$file" -t "coda-$img:latest" . \
+    >/dev/null
   echo "docker-build: coda-$img:latest built in $(( $(date +%s) - start )) s" >&2
 done

@@ -13,8 +13,10 @@ mkdir -p "$out"
 py="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && py=.venv/bin/python
 echo "docker-wheels: fetching wheels for .[$extras] into $out/ ..." >&2
-# build requirements too: the image builds the project itself without an index
-"$py" -m pip download -q --dest "$out" "setuptools>=77" wheel >&2
+# build requirements too: the image builds the project itself without an index; and what the
+# images' Python needs beyond this host's: Debian bookworm's python3 is 3.11.2, below the
+# `python_full_version < "3.11.3"` marker of redis's async-timeout dependency
+"$py" -m pip download -q --dest "$out" "setuptools>=77" wheel "async-timeout>=4.0.3" >&2
 "$py" -m pip wheel -q --wheel-dir "$out" ".[$extras]" >&2
 # the project's own wheel is rebuilt in the image from its sources
 rm -f "$out"/coda-*.whl

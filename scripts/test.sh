@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # Quick start, tests: installs every extra (torch pinned to 2.13.0) and runs the whole suite
 # against real Postgres/Redis (DATABASE_URL / REDIS_URL when set, embedded servers otherwise),
-# real tiny transformers models, vLLM's own server (tests/vllm) and real HTTP.
+# real tiny transformers models, vLLM's own server (tests/vllm), real HTTP and a real Docker
+# engine (tests marked `docker`: the compose stack, desktop containers). The engine is started
+# here when none answers (installed when missing) and stopped afterwards if this script started
+# it; images are built by the tests that need them (scripts/docker-build.sh, no registry).
 # Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh master,worker,models,dev,trainer,tensorboard
 bash scripts/desktop-deps.sh  # Xvfb, window manager, TeXstudio, KAlgebra, GRASS GIS (root/sudo)
 bash scripts/vllm-install.sh >/dev/null  # vLLM's CPU build in its own venv, for tests/vllm
-exec .venv/bin/python -m pytest -q "$@"
+if bash scripts/docker-engine.sh start; then
+  # stops only a dockerd that `start` started (an engine that was running stays)
+  trap 'bash scripts/docker-engine.sh stop' EXIT
+  bash scripts/docker-base.sh  # Debian / Python base images from Debian's packages
+elif [ "${CI:-}" = true ]; then
+  echo "test.sh: no Docker engine (CI=true: the docker tests must run)" >&2
+  exit 1
+else
+  echo "test.sh: no Docker engine: the docker tests skip" >&2
+fi
+rc=0
+.venv/bin/python -m pytest -q "$@" || rc=$?
+exit "$rc"

@@ -8,7 +8,10 @@ Failures are sorted by whose fault they are:
   next reset replaces the desktop;
 - a model service that answers with an error, or model output that does not parse: a recorded
   step error, counted against the step budget; the episode goes on;
-- a model service that cannot be reached at all: the attempt fails (retryable);
+- a model service that cannot be reached at all, or that answers 502 / 503 / 504 once the
+  client's retries are spent (its model server is down or restarting, e.g. a killed vLLM): the
+  attempt fails (``service_unreachable`` / ``service_unavailable``, retryable) and no step is
+  recorded for it, so no stored step lacks the plan its outcome depends on;
 - the lease (the master gave the job to someone else): :class:`LeaseGone`, nothing more is sent.
 """
 
@@ -26,7 +29,7 @@ from typing import Any, TypeVar
 import httpx
 
 from coda.actions import Action, Answer, Done, Fail
-from coda.clients.base import ServiceError
+from coda.clients.base import RETRY_STATUS, ServiceError
 from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
@@ -122,13 +125,24 @@ def wait_for_app(desktop: Desktop, titles: list[str], timeout_s: float,
 
 class AttemptFailed(RuntimeError):
     """This attempt cannot go on; ``reason`` is typed (a :class:`BrokenReason` value,
-    ``setup_failed``, ``service_unreachable``, ...); ``retry`` whether another attempt may help."""
+    ``setup_failed``, ``service_unreachable``, ...); ``retry`` whether another attempt may help;
+    ``service`` the model service (planner, executor) that was down, if that is the reason."""
 
-    def __init__(self, reason: str, detail: str, *, retry: bool = True) -> None:
+    def __init__(self, reason: str, detail: str, *, retry: bool = True,
+                 service: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.retry = retry
+        self.service = service
+
+
+def unavailable(service: str, exc: ServiceError) -> None:
+    """A model service answering 502 / 503 / 504 after the client's retries (its model server
+    down or restarting) fails the attempt, retryable, instead of recording a step error."""
+    if exc.status in RETRY_STATUS:
+        raise AttemptFailed("service_unavailable", f"{service}: {exc}",
+                            service=service) from exc
 
 
 class LeaseGone(RuntimeError):
@@ -320,10 +334,12 @@ class EpisodeRun:
             plan = plans.plans[0]
             t.plan_model = min(plans.latency_ms, (time.perf_counter() - mark) * 1000)
         except ServiceError as exc:
+            unavailable("planner", exc)
             plan = None
             step.outcome, step.error = StepOutcome.MODEL_ERROR, clip(f"planner: {exc}", 2000)
         except httpx.TransportError as exc:
-            raise AttemptFailed("service_unreachable", f"planner: {exc!r}") from exc
+            raise AttemptFailed("service_unreachable", f"planner: {exc!r}",
+                                service="planner") from exc
         t.plan = (time.perf_counter() - mark) * 1000
 
         if plan is not None:
@@ -372,10 +388,12 @@ class EpisodeRun:
                 screen_height=obs.screen_height, sampling=executor_sampling(self.settings)))
             t.execute_model = min(res.latency_ms, (time.perf_counter() - mark) * 1000)
         except ServiceError as exc:
+            unavailable("executor", exc)
             step.outcome, step.error = StepOutcome.MODEL_ERROR, clip(f"executor: {exc}", 2000)
             return None, False
         except httpx.TransportError as exc:
-            raise AttemptFailed("service_unreachable", f"executor: {exc!r}") from exc
+            raise AttemptFailed("service_unreachable", f"executor: {exc!r}",
+                                service="executor") from exc
         finally:
             t.execute = (time.perf_counter() - mark) * 1000
         step.raw_executor_text = clip(res.raw)

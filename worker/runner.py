@@ -138,6 +138,24 @@ class Worker:
                 continue
             await self._run_job(job, slot)
 
+    async def _await_service(self, name: str) -> None:
+        """Wait (at most ``service_wait_s``) until the model service ``name`` is ready again."""
+        client = {"planner": self.planner, "executor": self.executor, "judge": self.judge}[name]
+        deadline = time.monotonic() + self.settings.service_wait_s
+        delay = 1.0
+        log.info("worker.service_waiting", service=name)
+        while not self.stopping.is_set() and time.monotonic() < deadline:
+            try:
+                if (await client.http.get("/readyz")).status_code == 200:
+                    log.info("worker.service_ready", service=name)
+                    return
+            except httpx.HTTPError:
+                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), delay)
+            delay = min(delay * 2, 10.0)
+        log.warning("worker.service_wait_over", service=name)
+
     async def _lease(self, kind: JobKind, wait_s: float) -> Job | None:
         assert self.worker_id is not None
         lease = asyncio.create_task(self.master.lease(self.worker_id, kind, wait_s=wait_s))
@@ -193,6 +211,8 @@ class Worker:
             log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value, detail=str(exc))
         except AttemptFailed as exc:
             await self._fail(job, f"{exc.reason}: {exc.detail}", retry=exc.retry)
+            if exc.service is not None:
+                await self._await_service(exc.service)
         except JobRefused as exc:
             await self._fail(job, f"refused: {exc}", retry=False)
         except asyncio.CancelledError:

@@ -52,6 +52,12 @@ class WorkerSettings(BaseSettings):
     model_timeout_s: float = Field(default=300.0, gt=0, description="per model-service call")
     master_timeout_s: float = Field(default=30.0, gt=0, description="per master call")
     lease_wait_s: float = Field(default=5.0, ge=0, le=60, description="long poll when idle")
+    service_wait_s: float = Field(
+        default=300.0, ge=0,
+        description="after an attempt failed because a model service was down (its model "
+                    "server killed or restarting), the slot waits up to this long for the "
+                    "service's /readyz before taking its next job, so the requeued attempts "
+                    "are not spent while it is down")
     heartbeat_interval_s: float = Field(default=10.0, gt=0,
                                         description="job and worker heartbeats")
     drain_grace_s: float = Field(default=60.0, ge=0,

@@ -9,6 +9,9 @@
 # Settings: CODA_VLLM_PLANNER_* (see common.sh) plus MAX_LORA_RANK, MAX_LORAS, MAX_CPU_LORAS;
 # extra arguments go to `vllm serve` unchanged:
 #   CODA_VLLM_PLANNER_TP=2 deploy/vllm/planner.sh --enforce-eager
+# --logprobs-mode processed_logprobs: the log-probs returned with each plan are those of the
+# distribution sampled from (after temperature), which the trainer's truncated importance
+# sampling divides by (trainer/losses.py); vLLM's default, raw_logprobs, is before temperature.
 # The paper served OpenIXCLab/CODA-PLANNER-TARS-32B with vLLM 0.8.5.post1, tensor parallel 4.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -20,4 +23,5 @@ coda_vllm_serve PLANNER OpenIXCLab/CODA-PLANNER-TARS-32B 4 '{"image":5}' 32768 \
   --max-lora-rank "${CODA_VLLM_PLANNER_MAX_LORA_RANK:-64}" \
   --max-loras "${CODA_VLLM_PLANNER_MAX_LORAS:-4}" \
   --max-cpu-loras "${CODA_VLLM_PLANNER_MAX_CPU_LORAS:-16}" \
+  --logprobs-mode processed_logprobs \
   -- "$@"

@@ -82,6 +82,12 @@ def test_an_image_with_some_roles_runs_their_commands(args: list[str], code: int
     assert says in " ".join((out.stdout + out.stderr).split())
 
 
+def test_up_vllm_is_the_tiny_model_only(tmp_path: Path) -> None:
+    out = run("up", "--vllm", "--models", "replay", "--home", str(tmp_path / "home"))
+    assert out.returncode == 2
+    assert "--vllm serves the tiny model" in " ".join((out.stdout + out.stderr).split())
+
+
 def test_master_refuses_default_secret(fresh_database_url, fresh_redis_url):
     out = run("master", "--port", str(free_port()),
               env={"CODA_DATABASE_URL": fresh_database_url, "CODA_REDIS_URL": fresh_redis_url,

@@ -1,12 +1,16 @@
-"""The deployment files: compose files valid against the Compose spec, launch scripts that parse
-and build the right `vllm serve` command, and compose environments that the services' settings
-classes accept. Nothing here runs a container (there is no Docker engine on the test machines).
+"""The deployment files: compose files valid against the Compose spec (and accepted by
+docker-compose 1.29 when installed), launch scripts that parse and build the right `vllm serve`
+command, and compose environments that the services' settings classes accept, both on the CPU
+path (docker-compose.yml alone: replay models, the trainer on the tiny model) and on GPU
+servers (with deploy/compose/gpu.yml). Nothing here runs a container: tests/deploy/
+test_compose_e2e.py brings the stack up with a real engine.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -29,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 STACK = ROOT / "docker-compose.yml"
 VM_SERVER = DEPLOY / "compose" / "vm-server.yml"
+GPU = DEPLOY / "compose" / "gpu.yml"
 ENV_EXAMPLE = DEPLOY / ".env.example"
 SCRIPTS = sorted((DEPLOY / "vllm").glob("*.sh"))
 
@@ -76,6 +81,22 @@ def compose(path: Path) -> dict[str, Any]:
     return data
 
 
+def merge(base: Any, override: Any) -> Any:
+    """Compose's merge of an override file: mappings merge key by key, the rest is replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = merge(base[key], value) if key in base else value
+        return out
+    return override
+
+
+def gpu_stack() -> dict[str, Any]:
+    """docker-compose.yml with deploy/compose/gpu.yml on top."""
+    merged: dict[str, Any] = merge(compose(STACK), compose(GPU))
+    return merged
+
+
 def service_env(service: Mapping[str, Any]) -> dict[str, str]:
     env = service.get("environment") or {}
     if isinstance(env, list):
@@ -108,7 +129,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 # --- compose files ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [STACK, VM_SERVER], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [STACK, GPU, VM_SERVER], ids=lambda p: p.name)
 def test_compose_file_matches_the_compose_spec(path: Path) -> None:
     # check-jsonschema is a dev dependency (pyproject), so this always runs
     proc = subprocess.run(
@@ -119,55 +140,90 @@ def test_compose_file_matches_the_compose_spec(path: Path) -> None:
 
 def test_stack_has_every_part() -> None:
     services = compose(STACK)["services"]
-    assert set(services) >= {"postgres", "redis", "master", "vllm-planner", "vllm-executor",
-                             "vllm-judge", "planner", "executor", "judge"}
-    assert services["postgres"]["image"] == "postgres:16"
-    assert services["redis"]["image"] == "redis:7"
+    assert set(services) >= {"postgres", "redis", "master", "planner", "executor", "judge",
+                             "trainer"}
+    assert not any(name.startswith("vllm") for name in services), "vLLM is gpu.yml's"
+    assert services["postgres"]["image"] == "${CODA_POSTGRES_IMAGE:-postgres:16}"
+    assert services["redis"]["image"] == "${CODA_REDIS_IMAGE:-redis:7}"
     assert "--appendonly" in services["redis"]["command"]
     assert "/readyz" in " ".join(services["master"]["healthcheck"]["test"])
-    assert services["master"]["env_file"] == ".env"
+    assert services["master"]["env_file"] == "${CODA_ENV_FILE:-.env}"
+    for name, service in services.items():
+        assert "deploy" not in service, f"{name}: no GPU reservation on the CPU path"
+        for port in service.get("ports", []):  # published on CODA_PUBLISH_ADDRESS only
+            assert port.startswith("${CODA_PUBLISH_ADDRESS:-127.0.0.1}:"), (name, port)
+    gpu = gpu_stack()["services"]
     for name in ("vllm-planner", "vllm-executor", "vllm-judge"):
-        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        devices = gpu[name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices[0]["capabilities"] == ["gpu"]
-        assert "vllm/vllm-openai" in services[name]["image"]
-        script = services[name]["command"][0]
+        assert "vllm/vllm-openai" in gpu[name]["image"]
+        script = gpu[name]["command"][0]
         assert (DEPLOY / "vllm" / Path(script).name).is_file(), script
+        role = name.removeprefix("vllm-")
+        assert gpu[role]["depends_on"] == {name: {"condition": "service_started"}}
+    devices = gpu["trainer"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
 
 
+def test_no_top_level_name() -> None:
+    # docker-compose 1.29 (the one Debian packages) refuses it: -p / COMPOSE_PROJECT_NAME
+    for path in (STACK, GPU, VM_SERVER):
+        assert "name" not in compose(path), path.name
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
 @pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_compose_env_vars_are_settings_fields(name: str) -> None:
+def test_compose_env_vars_are_settings_fields(name: str, gpu: bool) -> None:
     cls, prefix = SETTINGS[name]
-    env = service_env(compose(STACK)["services"][name])
+    stack = gpu_stack() if gpu else compose(STACK)
+    env = service_env(stack["services"][name])
     used = {k for k in env if k.startswith("CODA_")}
     assert used, f"{name}: no CODA_* settings in docker-compose.yml"
     unknown = used - field_names(cls, prefix)
     assert not unknown, f"{name}: not fields of {cls.__name__}: {sorted(unknown)}"
 
 
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
 @pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_compose_env_validates_with_the_example_values(name: str, clean_env: pytest.MonkeyPatch,
+def test_compose_env_validates_with_the_example_values(name: str, gpu: bool,
+                                                       clean_env: pytest.MonkeyPatch,
                                                        ) -> None:
     cls, _ = SETTINGS[name]
     example = read_env_file(ENV_EXAMPLE)
-    for key, raw in service_env(compose(STACK)["services"][name]).items():
+    stack = gpu_stack() if gpu else compose(STACK)
+    for key, raw in service_env(stack["services"][name]).items():
         clean_env.setenv(key, interpolate(raw, example))
     settings: Any = cls()
+    replays = "/app/examples/replays"
     if name == "planner":
-        assert settings.spec().base_url == "http://vllm-planner:8000/v1"
-        assert settings.model == example["CODA_VLLM_PLANNER_MODEL"]
+        if gpu:
+            assert settings.spec().base_url == "http://vllm-planner:8000/v1"
+            assert settings.model == example["CODA_VLLM_PLANNER_MODEL"]
+        else:
+            assert settings.backend == "replay"
+            assert settings.model == f"{replays}/demo.planner.json"
     if name == "executor":
-        assert settings.backend == "openai"
-        assert settings.model == example["CODA_VLLM_EXECUTOR_MODEL"]
+        assert settings.backend == ("openai" if gpu else "replay")
+        assert settings.model == (example["CODA_VLLM_EXECUTOR_MODEL"] if gpu
+                                  else f"{replays}/demo.executor.json")
     if name == "judge":
         (spec,) = settings.models
-        assert spec.backend == "openai"
-        assert spec.model == example["CODA_VLLM_JUDGE_MODEL"]
+        assert spec.backend == ("openai" if gpu else "replay")
+        assert spec.model == (example["CODA_VLLM_JUDGE_MODEL"] if gpu
+                              else f"{replays}/demo.judge.json")
     if name in ("planner", "executor", "judge"):
         settings.check_secrets()  # the example's tokens are long enough to start
         assert settings.artifacts_url == "/data/artifacts"
     if name == "master":
         assert settings.database_url.startswith("postgresql+asyncpg://coda:")
         assert settings.tokens()[1] == example["CODA_WORKER_TOKENS"].split(",")
+
+
+def test_replay_files_of_the_cpu_stack_are_in_the_models_image() -> None:
+    dockerfile = (DEPLOY / "docker" / "Dockerfile.models").read_text()
+    assert "COPY examples/replays ./examples/replays" in dockerfile and "WORKDIR /app" in dockerfile
+    for role in ("planner", "executor", "judge"):
+        assert (ROOT / "examples" / "replays" / f"demo.{role}.json").is_file()
 
 
 def test_compose_commands_are_coda_commands() -> None:
@@ -202,24 +258,59 @@ def test_vm_server_worker_env_validates_with_the_example_values(
         clean_env.setenv(key, interpolate(raw, example))
     settings = WorkerSettings()
     assert settings.master_url == example["CODA_MASTER_URL"]
-    assert settings.provider == "docker" and settings.provider_options["qcow2"]
+    assert settings.provider == "docker"
+    assert settings.provider_options["image"] == "coda-desktop:latest"
     assert settings.service_token is not None
 
 
-def test_trainer_and_minio_are_opt_in_profiles(clean_env: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+def test_trainer_and_minio_are_opt_in_profiles(clean_env: pytest.MonkeyPatch, gpu: bool) -> None:
     from trainer.config import TrainerConfig
 
-    services = compose(STACK)["services"]
+    services = (gpu_stack() if gpu else compose(STACK))["services"]
     assert services["trainer"]["profiles"] == ["train"]
     assert services["minio"]["profiles"] == ["minio"]
-    devices = services["trainer"]["deploy"]["resources"]["reservations"]["devices"]
-    assert devices[0]["capabilities"] == ["gpu"]
     example = read_env_file(ENV_EXAMPLE)
-    for key, raw in service_env(services["trainer"]).items():
+    env = service_env(services["trainer"])
+    for key, raw in env.items():
         if key.startswith("CODA_TRAINER_"):
             clean_env.setenv(key, interpolate(raw, example))
     cfg = TrainerConfig()
-    assert cfg.planner_urls == ["http://planner:8001"] and cfg.device == "cuda"
+    assert cfg.planner_urls == ["http://planner:8001"]
+    if gpu:
+        assert cfg.device == "cuda" and interpolate(env["CODA_TINY_MODEL_DIR"], example) == ""
+        assert "${CODA_MODELS_DIR:-./models}:/data/models:ro" in services["trainer"]["volumes"]
+    else:  # the tiny model the models image's entrypoint builds, trained on the CPU
+        assert cfg.device == "cpu"
+        assert cfg.model == interpolate(env["CODA_TINY_MODEL_DIR"], example)
+        assert "deploy" not in services["trainer"]
+
+
+def _compose_config(files: list[Path], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    cmd = ["docker-compose"]
+    for f in files:
+        cmd += ["-f", str(f)]
+    return subprocess.run([*cmd, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
+                          check=False, env={"PATH": os.environ.get("PATH", ""), **env})
+
+
+@pytest.mark.parametrize("files", [[STACK], [STACK, GPU], [VM_SERVER]],
+                         ids=["cpu", "gpu", "vm-server"])
+def test_docker_compose_v1_accepts_the_files(files: list[Path], tmp_path: Path) -> None:
+    if shutil.which("docker-compose") is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("docker-compose missing (scripts/docker-engine.sh start installs it)")
+        pytest.skip("docker-compose (1.29) is not installed")
+    env = read_env_file(ENV_EXAMPLE)
+    env_file = tmp_path / "example.env"
+    env_file.write_text(ENV_EXAMPLE.read_text())
+    proc = _compose_config(files, {**env, "CODA_ENV_FILE": str(env_file)})
+    assert proc.returncode == 0, proc.stderr
+    # a required secret that is missing stops compose with its message
+    if files[0] == STACK:
+        env.pop("POSTGRES_PASSWORD")
+        proc = _compose_config(files, {**env, "CODA_ENV_FILE": str(env_file)})
+        assert proc.returncode != 0 and "set POSTGRES_PASSWORD" in proc.stderr
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -286,10 +377,10 @@ def test_executor_and_judge_scripts(tmp_path: Path, script: str, model: str, tp:
 def test_dockerfiles_install_the_right_extras() -> None:
     docker = DEPLOY / "docker"
     master = (docker / "Dockerfile.master").read_text()
-    assert "FROM python:3.11-slim" in master and '".[master]"' in master
+    assert '".[master]"' in master
     assert "pip install --index-url" not in master
     models = (docker / "Dockerfile.models").read_text()
-    assert '".[models]"' in models
+    assert '".[models,trainer]"' in models
     assert '".[worker]"' in (docker / "Dockerfile.worker").read_text()
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
@@ -297,6 +388,26 @@ def test_dockerfiles_install_the_right_extras() -> None:
     (pin,) = [d for d in extras["models"] if d.startswith("torch==")]
     pinned = re.search(r"ARG TORCH_VERSION=(\S+)", models)
     assert pinned and pin == f"torch=={pinned.group(1)}", "Dockerfile.models torch pin drifted"
+
+
+@pytest.mark.parametrize("name", ["master", "models", "worker"])
+def test_python_images_take_their_base_and_pip_flags(name: str) -> None:
+    text = (DEPLOY / "docker" / f"Dockerfile.{name}").read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in text
+    assert 'ARG PIP_INSTALL_FLAGS=""' in text
+    installs = re.findall(r"pip install ([^\n]*)", text)
+    assert installs and all("$PIP_INSTALL_FLAGS" in line for line in installs), installs
+
+
+@pytest.mark.parametrize("name", ["postgres", "redis"])
+def test_store_images_come_from_debian_packages(name: str) -> None:
+    text = (DEPLOY / "docker" / f"Dockerfile.{name}").read_text()
+    assert "ARG BASE_IMAGE=debian:bookworm-slim\nFROM ${BASE_IMAGE}" in text
+    assert "apt-get install" in text and "HEALTHCHECK" in text
+    entry = DEPLOY / "docker" / f"{name}-entrypoint.sh"
+    assert os.access(entry, os.X_OK), entry
+    proc = subprocess.run(["sh", "-n", str(entry)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("unit", sorted((DEPLOY / "systemd").glob("*.service")),

@@ -3,7 +3,8 @@
 
 The tiny Qwen2.5-VL is the same for the three roles, so one server started as the planner
 (``--enable-lora``) answers the planner's, executor's and judge's requests: one start-up
-(~25-80 s on 2 busy cores) per run. Without vLLM these tests skip, except under
+(~25-80 s on 2 busy cores) per run, plus the restarts of the kill -9 tests; ``test_stack.py``
+starts the two servers of ``coda up --vllm`` itself. Without vLLM these tests skip, except under
 ``CI=true`` where they fail: CI installs vLLM (``scripts/test.sh``) and must run them.
 """
 

@@ -43,3 +43,12 @@ def test_coda_vllm_serve_flags_are_vllms(accepted: set[str]) -> None:
 def test_deploy_script_flags_are_vllms(script: Path, accepted: set[str]) -> None:
     flags = script_flags(script)
     assert flags <= accepted, flags - accepted
+
+
+def test_coda_up_vllm_flags_are_vllms(accepted: set[str]) -> None:
+    from coda_app.stack_vllm import SERVERS, server_config
+
+    for name in SERVERS:
+        cmd, _ = serve_command(server_config(name, Path("m")), "python")
+        flags = {a for a in cmd if a.startswith("--")}
+        assert flags <= accepted, flags - accepted

@@ -173,3 +173,15 @@ def test_wait_quiet_without_capture_and_on_timeout() -> None:
     busy = Screen([bytes([i]) for i in range(200)])  # never quiet
     assert wait_quiet(busy.small, timeout_s=1, poll_s=0.05, quiet_s=0.2, full=busy.full,
                       clock=busy.clock, sleep=busy.sleep) == (False, None)
+
+
+def test_a_model_service_unavailable_fails_the_attempt_not_the_step() -> None:
+    from coda.clients.base import ServiceError
+    from worker.episode import AttemptFailed, unavailable
+
+    for status in (502, 503, 504):
+        with pytest.raises(AttemptFailed) as err:
+            unavailable("planner", ServiceError(status, "model backend: down", "http://p"))
+        assert err.value.reason == "service_unavailable" and err.value.retry
+    unavailable("planner", ServiceError(422, "bad", "http://p"))  # a step error, recorded
+    unavailable("executor", ServiceError(413, "too long", "http://e"))
