@@ -54,7 +54,7 @@ EXIT_REASONS = {3: BrokenReason.X_CRASHED, 4: BrokenReason.X_CRASHED, 5: BrokenR
 ran out of memory or removed: ``vm_off``)."""
 
 
-class SessionError(RuntimeError):
+class SessionError(ValueError):
     """Bad settings: the session refuses to start."""
 
 

@@ -7,7 +7,7 @@ set -eu
 home=/home/user
 find "$home" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
 cp -a /opt/coda/home/. "$home/"
-chown -R user:user "$home"
+chown -Rh user:user "$home"  # -h: a link is changed, never what it points to
 for dir in /tmp /var/tmp /dev/shm; do
   [ -d "$dir" ] || continue
   find "$dir" -mindepth 1 -maxdepth 1 -user user ! -name .X11-unix ! -name '.X*-lock' \

@@ -1,0 +1,28 @@
+"""The hash of what the desktop slot image is built from (the project's sources it installs,
+pyproject.toml, this directory and the Dockerfile): the image records it at build time in
+/opt/coda/source.sha256, and the tests' ``desktop_image`` fixture rebuilds an image whose hash
+is not the checkout's. ``python source_hash.py [ROOT]`` prints it."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+TREES = ("coda", "coda_app", "worker", "deploy/docker/desktop")
+FILES = ("pyproject.toml", "deploy/docker/Dockerfile.desktop")
+
+
+def source_hash(root: Path) -> str:
+    paths = [root / f for f in FILES]
+    for tree in TREES:
+        paths += [p for p in (root / tree).rglob("*") if p.is_file()
+                  and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    digest = hashlib.sha256()
+    for p in sorted(paths):
+        digest.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+if __name__ == "__main__":
+    sys.stdout.write(source_hash(Path(sys.argv[1] if len(sys.argv) > 1 else ".")) + "\n")
