@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pytest
 from coda.procs import free_port, stop_process
 from coda.urls import to_plain_postgres_url
 from tests.fixtures.master import EXAMPLES, ROOT
+from tests.fixtures.waiting import log_tails, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,19 +43,7 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 def wait(probe: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}"
-                             for p in sorted(log.parent.glob("*.log")))
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{logs}")
-        time.sleep(0.5)
+    return wait_for(probe, what, timeout, logs=lambda: log_tails(log.parent.glob("*.log")))
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ import pytest
 
 from coda.logging import get_logger
 from coda.procs import free_port
+from tests.fixtures.waiting import wait_for
 
 log = get_logger("tests.compose_e2e")
 REPORT = os.environ.get("CODA_COMPOSE_E2E_REPORT")
@@ -226,20 +227,8 @@ def desktop_memory(names: list[str]) -> dict[str, float]:
 def wait(probe: Callable[[], Any], what: str, timeout: float, *projects: Project,
          on_poll: Callable[[], None] | None = None) -> Any:
     """Poll a state until it holds; the deadline only bounds a hang (then logs are shown)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if on_poll is not None:
-            on_poll()
-        try:
-            value = probe()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.name}\n{p.logs()}" for p in projects)
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{logs}")
-        time.sleep(1)
+    return wait_for(probe, what, timeout, interval=1.0, on_poll=on_poll,
+                    logs=lambda: "\n".join(f"--- {p.name}\n{p.logs()}" for p in projects))
 
 
 def settled(status: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from pydantic import SecretStr
 from coda.clients.master import MasterClient
 from coda.contracts.services_api import PlanResponse
 from tests.fixtures.master import MasterProcess
+from tests.fixtures.waiting import log_tails, wait_for
 from tests.trainer.conftest import store_screens
 from tests.trainer.test_resume import synthetic_group
 from tests.vllm.conftest import require_vllm
@@ -30,19 +30,8 @@ WAIT_S = 600.0
 
 
 def wait(probe: Callable[[], Any], what: str, logs: Path, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-                              for p in sorted(logs.glob("*.log")))
-            raise AssertionError(f"not within {timeout:.0f} s: {what}\n{tails}")
-        time.sleep(1.0)
+    return wait_for(probe, what, timeout, logs=lambda: log_tails(logs.glob("*.log"), 2000),
+                    interval=1.0)
 
 
 def test_coda_up_vllm_train_serves_the_trainer_s_version(master: MasterProcess,
