@@ -14,15 +14,16 @@ set -euo pipefail
 state="${CODA_DOCKER_STATE:-${CODA_EMBEDDED_ROOT:-/var/lib/coda}/docker}"
 pidfile="$state/dockerd.pid"
 
+# SUDO: how to run a command as root ("env": we are root); ROOT=no: we cannot
 if [ "$(id -u)" = 0 ]; then
-  SUDO=()
+  SUDO=(env); ROOT=yes
 elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  SUDO=(sudo -n)
+  SUDO=(sudo -n); ROOT=yes
 else
-  SUDO=(false)
+  SUDO=(env); ROOT=no
 fi
 
-answers() { "${SUDO[@]:-env}" docker info >/dev/null 2>&1; }
+answers() { docker info >/dev/null 2>&1 || { [ "$ROOT" = yes ] && "${SUDO[@]}" docker info >/dev/null 2>&1; }; }
 
 install_missing() {
   local missing=()
@@ -31,7 +32,7 @@ install_missing() {
     || missing+=(docker-compose)
   command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
   [ ${#missing[@]} -eq 0 ] && return 0
-  if [ "${SUDO[0]}" = false ] || ! command -v apt-get >/dev/null 2>&1; then
+  if [ "$ROOT" = no ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "docker-engine: need ${missing[*]}: install them as root (Debian: apt-get install -y ${missing[*]})" >&2
     return 1
   fi
@@ -47,7 +48,7 @@ start() {
     echo "docker-engine: reusing the running engine" >&2
     return 0
   fi
-  if [ "${SUDO[0]}" = false ]; then
+  if [ "$ROOT" = no ]; then
     echo "docker-engine: no engine answers and starting dockerd needs root" >&2
     return 1
   fi
