@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ log = get_logger("desktop.session")
 EXIT_CONFIG = 2
 EXIT_START = 6
 EXIT_CODES = {"xvfb": 3, "wm": 4, "agent": 5}
+X_DEATH_WINDOW_S = 2.0
+"""After the window manager or agent exits, how long to look whether Xvfb exited too."""
 """The session's exit code when that process died (2: refused to start, bad settings; 6: a
 process did not start)."""
 EXIT_REASONS = {3: BrokenReason.X_CRASHED, 4: BrokenReason.X_CRASHED, 5: BrokenReason.AGENT_GONE,
@@ -161,12 +164,31 @@ class Session:
                 if name is None:
                     continue  # something of ours that the agent did not wait for
                 self.procs[name].returncode = os.waitstatus_to_exitcode(status)
+                if name != "xvfb" and self._x_died_too():
+                    name = "xvfb"  # the window manager or agent lost its display: X is the cause
                 log.error("desktop.session_process_exited", process=name,
                           code=self.procs[name].returncode)
                 return EXIT_CODES[name]
         except _Stop as stop:
             log.info("desktop.session_stopping", signal=str(stop))
             return 0
+
+    def _x_died_too(self, within_s: float = X_DEATH_WINDOW_S) -> bool:
+        """Whether Xvfb exited as well (reaped here). A killed X server closes its clients'
+        connections while it exits, so they may be reaped first; a short bounded look settles
+        which one died first."""
+        xvfb = self.procs.get("xvfb")
+        if xvfb is None or xvfb.returncode is not None:
+            return xvfb is not None
+        deadline = time.monotonic() + within_s
+        while True:
+            pid, status = os.waitpid(xvfb.pid, os.WNOHANG)
+            if pid:
+                xvfb.returncode = os.waitstatus_to_exitcode(status)
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     def stop(self) -> None:
         for name in ("agent", "wm", "xvfb"):
