@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,21 +110,12 @@ class LocalDesktop(Desktop):
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
 
     def _start_xvfb(self, xauth: Path) -> str:
-        w, h = self.settings.screen
-        read_fd, write_fd = os.pipe()
-        try:
-            self._spawn("xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-                                 f"{w}x{h}x24", "-nolisten", "tcp", "-noreset",
-                                 "-auth", str(xauth)],
-                        pass_fds=(write_fd,))
-            os.close(write_fd)
-            number = _read_line(read_fd, self.settings.start_timeout_s)
-        finally:
-            os.close(read_fd)
-        if not number.isdigit():
+        display = start_xvfb(self._spawn, self.settings.screen, xauth,
+                             self.settings.start_timeout_s)
+        if display is None:
             raise DesktopBroken(BrokenReason.START_FAILED,
                                 f"Xvfb did not report a display: see {self.dir / 'xvfb.log'}")
-        return f":{number}"
+        return display
 
     def _start_wm(self, env: dict[str, str]) -> None:
         self._spawn("wm", list(self.settings.window_manager), env=env)
@@ -212,6 +204,23 @@ def _xauth_add(path: Path, display_name: str, cookie: str) -> None:
     """Add an MIT-MAGIC-COOKIE-1 entry: only clients holding the slot's file may connect."""
     subprocess.run(["xauth", "-q", "-f", str(path), "add", display_name, "MIT-MAGIC-COOKIE-1",
                     cookie], check=True, timeout=10, capture_output=True)
+
+
+def start_xvfb(spawn: Callable[..., None], screen: tuple[int, int], xauth: Path,
+               timeout: float) -> str | None:
+    """Start Xvfb through ``spawn(name, argv, pass_fds=...)``; the display it reports (``:N``,
+    from ``-displayfd`` once it accepts clients), or None when it reports none in time."""
+    w, h = screen
+    read_fd, write_fd = os.pipe()
+    try:
+        spawn("xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24",
+                       "-nolisten", "tcp", "-noreset", "-auth", str(xauth)],
+              pass_fds=(write_fd,))
+        os.close(write_fd)
+        number = _read_line(read_fd, timeout)
+    finally:
+        os.close(read_fd)
+    return f":{number}" if number.isdigit() else None
 
 
 def _read_line(fd: int, timeout: float) -> str:

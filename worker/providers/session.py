@@ -40,7 +40,7 @@ from coda.contracts.desktop import BrokenReason
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
 from worker.guest.settings import MIN_TOKEN_LENGTH
-from worker.providers.local import ROOT_PATTERN, _read_line, _wait_for, _wm_running, _xauth_add
+from worker.providers.local import ROOT_PATTERN, _wait_for, _wm_running, _xauth_add, start_xvfb
 
 log = get_logger("desktop.session")
 
@@ -139,19 +139,10 @@ class Session:
                                             stdin=subprocess.DEVNULL)
 
     def _start_xvfb(self, xauth: Path) -> str:
-        w, h = self.s.screen
-        read_fd, write_fd = os.pipe()
-        try:
-            self._spawn("xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-                                 f"{w}x{h}x24", "-nolisten", "tcp", "-noreset",
-                                 "-auth", str(xauth)], pass_fds=(write_fd,))
-            os.close(write_fd)
-            number = _read_line(read_fd, self.s.start_timeout_s)
-        finally:
-            os.close(read_fd)
-        if not number.isdigit():
+        display = start_xvfb(self._spawn, self.s.screen, xauth, self.s.start_timeout_s)
+        if display is None:
             raise SessionError("Xvfb did not report a display (its output is above)")
-        return f":{number}"
+        return display
 
     def wait(self) -> int:
         """Until one of the processes exits (its exit code, :data:`EXIT_CODES`) or a stop
