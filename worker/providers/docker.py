@@ -79,7 +79,9 @@ class DockerSettings:
         return self.image or (QEMU_IMAGE if self.qcow2 is not None else DESKTOP_IMAGE)
 
 
-class DockerDesktop(Desktop):
+class ContainerSlot(Desktop):
+    """A slot that is one container named ``<name_prefix>-<slot>`` (both modes)."""
+
     provider_name = "docker"
 
     def __init__(self, slot: int, settings: DockerSettings, client: Any) -> None:
@@ -89,6 +91,10 @@ class DockerDesktop(Desktop):
         self.name = f"{settings.name_prefix}-{slot}"
         self.container: Any = None
         self.ports: dict[str, int] = {}
+
+
+class DockerDesktop(ContainerSlot):
+    """QEMU mode: OSWorld's image running the VM disk."""
 
     def _environment(self) -> tuple[dict[str, str], list[str]]:
         env = {"RAM_SIZE": self.s.ram, "CPU_CORES": str(self.s.cpus), "DISK_SIZE": self.s.disk}

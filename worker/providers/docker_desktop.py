@@ -29,8 +29,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
-from worker.providers.base import Desktop, GuestLayout, log
+from worker.providers.base import GuestLayout, log
 from worker.providers.client import GuestClient
+from worker.providers.docker import ContainerSlot
 from worker.providers.image import SCIENCEBOARD_IMAGE
 from worker.providers.session import EXIT_REASONS
 
@@ -56,18 +57,11 @@ def remove_stale(client: Any, prefix: str) -> int:
     return len(stale)
 
 
-class ContainerDesktop(Desktop):
+class ContainerDesktop(ContainerSlot):
     """One slot: one container of the desktop slot image."""
 
-    provider_name = "docker"
-
     def __init__(self, slot: int, settings: DockerSettings, client: Any) -> None:
-        super().__init__(slot, ready_timeout_s=settings.ready_timeout_s)
-        self.s = settings
-        self.client = client
-        self.name = f"{settings.name_prefix}-{slot}"
-        self.container: Any = None
-        self.ports: dict[str, int] = {}
+        super().__init__(slot, settings, client)
         self.token = ""
         self.revert_restarts_guest = settings.reset == "recreate"
         self.home = "/home/user"
