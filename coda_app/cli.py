@@ -62,9 +62,9 @@ def _register_service_clis() -> None:
         ("judge", "judge_service.cli", "The judge service (trajectory verdicts)."),
         ("worker", "worker.cli", "The VM-host worker (episodes, judge and group jobs)."),
         ("tasks", "coda.taskgen.cli", "Task generation (auto exploration)."),
-        ("trainer", "trainer.cli", "Decoupled GRPO on the planner (stage 1)."),
-        ("dataset", "trainer.dataset_cli", "Stage-2 datasets of judged trajectories."),
-        ("train", "trainer.train_cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
+        ("trainer", "trainer.grpo.cli", "Decoupled GRPO on the planner (stage 1)."),
+        ("dataset", "trainer.sft.dataset_cli", "Stage-2 datasets of judged trajectories."),
+        ("train", "trainer.sft.cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
         ("guest", "worker.guest.cli",
          "The guest agent that runs on each desktop (OSWorld-compatible)."),
     ):

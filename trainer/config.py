@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coda.contracts.services_api import BASE_VERSION
-from trainer.losses import Aggregation
+from trainer.grpo.losses import Aggregation
 
 
 class Precision(StrEnum):

@@ -2,7 +2,7 @@
 
 The batch is split over processes (``rank::world``) and, inside a process, into micro-steps of
 ``groups_per_micro_step`` groups (gradient accumulation). Every piece divides its loss
-numerator by the denominator of the WHOLE batch (:mod:`trainer.losses`), and data-parallel
+numerator by the denominator of the WHOLE batch (:mod:`trainer.grpo.losses`), and data-parallel
 gradient averaging is undone by multiplying by the world size, so the update equals the one a
 single process computes on the whole batch. Processes with fewer groups run zero-weighted
 micro-steps so all of them take part in the same number of gradient reductions.
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from trainer.data import EncodedGroup, total_lengths
+from trainer.grpo.losses import aggregate_denominator, aggregate_sum, group_advantages, token_loss
 from trainer.logprobs import move_group, plan_logprobs
-from trainer.losses import aggregate_denominator, aggregate_sum, group_advantages, token_loss
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from coda.contracts.master_api import BatchCreate, WorkerRegister
 from coda.contracts.records import EpisodeResult, JobKind, ScreenSize, Step
 from coda.contracts.training import ModelRole, Verdict
 from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, png
-from trainer.dataset import ExportFilter, export_dataset, load_rows, row_messages
+from trainer.sft.dataset import ExportFilter, export_dataset, load_rows, row_messages
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 log = logging.getLogger(__name__)
 TASKS = [{"id": "kalg-1", "app": "KAlgebra", "instruction": "Plot y = x^2"},
          {"id": "celes-1", "app": "Celestia", "instruction": "Go to Mars"},

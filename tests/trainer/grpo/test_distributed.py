@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 from coda.contracts.training import Candidate, Group, StateRef
 from tests.trainer.conftest import CLICK, INSTRUCTION, store_screens
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "tests" / "trainer" / "parity_worker.py"
+ROOT = Path(__file__).resolve().parents[3]
+WORKER = ROOT / "tests" / "trainer" / "grpo" / "parity_worker.py"
 PLANS = ["click the file menu", "Open 123 NOW", "save it", "x!", "hello there", "ZZZ"]
 
 
@@ -75,8 +75,8 @@ def test_coda_trainer_under_torchrun_with_two_processes(  # type: ignore[no-unty
     rank 0 checkpoints, acks and publishes; every group is consumed once."""
     import asyncio
 
-    from tests.trainer.test_resume import counts, post_groups, trainer_env
-    from trainer import checkpoint as ckpt
+    from tests.trainer.grpo.test_resume import counts, post_groups, trainer_env
+    from trainer.grpo import checkpoint as ckpt
 
     screen, _ = store_screens(artifacts_dir)
     ids = asyncio.run(post_groups(master, screen, 6))

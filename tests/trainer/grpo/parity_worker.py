@@ -1,7 +1,7 @@
 """One GRPO update on a fixed batch of groups, in one process or under ``torchrun`` (gloo on
 CPU, through accelerate); rank 0 writes the loss and the updated LoRA weights.
 
-    python tests/trainer/parity_worker.py GROUPS.json ARTIFACTS_DIR MODEL_DIR OUT_DIR
+    python tests/trainer/grpo/parity_worker.py GROUPS.json ARTIFACTS_DIR MODEL_DIR OUT_DIR
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from safetensors.torch import save_file
 from coda.contracts.training import Group
 from trainer.config import TrainerConfig
 from trainer.data import PromptOptions, artifact_reader, encode_group
-from trainer.distributed import Dist
-from trainer.loop import loss_settings
+from trainer.grpo.distributed import Dist
+from trainer.grpo.loop import loss_settings
+from trainer.grpo.update import train_step
 from trainer.policy import load_policy, make_optimizer
-from trainer.update import train_step
 
 
 def main(groups_file: str, artifacts: str, model_dir: str, out_dir: str) -> None:

@@ -30,7 +30,7 @@ from tests.trainer.conftest import (
     store_screens,
 )
 from trainer.config import TrainerConfig
-from trainer.loop import Trainer
+from trainer.grpo.loop import Trainer
 
 log = logging.getLogger(__name__)
 

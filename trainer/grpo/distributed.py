@@ -2,7 +2,7 @@
 
 One process by default. Under ``accelerate launch`` (or ``torchrun``) every process runs the
 same loop: rank 0 talks to the master and broadcasts the leased groups; each process trains on
-its share (``trainer.update``); the configuration (DDP, FSDP, DeepSpeed ZeRO-3, gloo on CPU)
+its share (``trainer.grpo.update``); the configuration (DDP, FSDP, DeepSpeed ZeRO-3, gloo on CPU)
 comes from accelerate (``deploy/accelerate/``).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
-from trainer.update import Parallel
+from trainer.grpo.update import Parallel
 
 _OPS = {"sum": torch_dist.ReduceOp.SUM, "max": torch_dist.ReduceOp.MAX,
         "min": torch_dist.ReduceOp.MIN}
@@ -87,7 +87,7 @@ class Dist:
         return out.cpu()
 
     def parallel(self, model: Any) -> Parallel:
-        """The hooks :func:`trainer.update.train_step` needs for this process."""
+        """The hooks :func:`trainer.grpo.update.train_step` needs for this process."""
         acc = self.accelerator
 
         def no_sync() -> contextlib.AbstractContextManager[Any]:

@@ -21,11 +21,11 @@ from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupLeaseRequest
 from coda.contracts.training import Candidate, Group, StateRef
 from tests.trainer.conftest import CLICK, INSTRUCTION, LORA_TARGETS, MAX_PIXELS, store_screens
-from trainer import checkpoint as ckpt
 from trainer.config import TrainerConfig
-from trainer.loop import Trainer
+from trainer.grpo import checkpoint as ckpt
+from trainer.grpo.loop import Trainer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLANS = ["click the file menu", "Open 123 NOW", "save it", "x!", "hello there", "ZZZ", "ok", "9"]
 
 

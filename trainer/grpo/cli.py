@@ -63,7 +63,7 @@ def train(
 async def _run(cfg: Any) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from trainer.loop import Trainer
+    from trainer.grpo.loop import Trainer
 
     trainer = Trainer(cfg)
     columns = [TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(),

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import (
+from trainer.grpo.losses import (
     Aggregation,
     aggregate,
     aggregate_denominator,

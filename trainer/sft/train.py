@@ -30,9 +30,9 @@ from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.logging import get_logger
 from trainer.config import TrainerConfig
 from trainer.data import EncodedGroup
-from trainer.dataset import row_messages
 from trainer.logprobs import plan_logprobs
 from trainer.policy import load_policy, make_optimizer
+from trainer.sft.dataset import row_messages
 
 log = get_logger("trainer.sft")
 

@@ -32,7 +32,7 @@ def export(
 
     from coda.clients.base import ServiceError
     from coda.clients.master import MasterClient
-    from trainer.dataset import ExportFilter, export_dataset
+    from trainer.sft.dataset import ExportFilter, export_dataset
 
     if verdict not in ("correct", "incorrect", "any"):
         console.print(f"[red]--verdict must be correct, incorrect or any, not {verdict!r}[/]")

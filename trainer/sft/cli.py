@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from coda.logging import configure_logging
-from trainer.cli import overrides
+from trainer.grpo.cli import overrides
 
 app = typer.Typer(help="Supervised fine-tuning of a generalist planner (stage 2).",
                   no_args_is_help=True)
@@ -30,8 +30,8 @@ def sft(
     from pydantic import ValidationError
     from rich.progress import Progress
 
-    from trainer.dataset import load_rows
-    from trainer.sft import SFTConfig, publish_sft, train_sft
+    from trainer.sft.dataset import load_rows
+    from trainer.sft.train import SFTConfig, publish_sft, train_sft
 
     try:
         cfg = SFTConfig(**overrides(dataset=dataset, model=model, epochs=epochs,

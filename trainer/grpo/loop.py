@@ -6,7 +6,7 @@ One update::
     -> ack at once, untrained: groups already in the checkpoint's ledger (consumed), groups
        sampled by a version outside the staleness window, all-equal rewards, unreadable data
        (dropped, counted by reason)
-    -> GRPO step on the rest (trainer.update)
+    -> GRPO step on the rest (trainer.grpo.update)
     -> checkpoint (weights, optimizer, ledger with the pending acks) -> ack them consumed
     -> figures to the master (and TensorBoard) -> every K updates a new version goes live
 
@@ -29,7 +29,6 @@ from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupLeaseRequest
 from coda.contracts.training import GroupRecord, GroupStatus, TrainingMetricsReport
 from coda.logging import get_logger
-from trainer import checkpoint as ckpt
 from trainer.config import TrainerConfig
 from trainer.data import (
     EncodedGroup,
@@ -39,11 +38,12 @@ from trainer.data import (
     encode_group,
     group_version,
 )
-from trainer.distributed import Dist
-from trainer.losses import has_signal
+from trainer.grpo import checkpoint as ckpt
+from trainer.grpo.distributed import Dist
+from trainer.grpo.losses import has_signal
+from trainer.grpo.update import LossSettings, train_step
 from trainer.policy import load_policy, load_reference, make_optimizer
 from trainer.publish import register, roll_out, version_name, version_spec, write_model_dir
-from trainer.update import LossSettings, train_step
 
 log = get_logger("trainer.loop")
 

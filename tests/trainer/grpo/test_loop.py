@@ -15,8 +15,8 @@ from coda.contracts.training import Candidate, Group, StateRef
 from tests.trainer.conftest import CLICK, INSTRUCTION, LORA_TARGETS, MAX_PIXELS, store_screens
 from trainer.config import TrainerConfig
 from trainer.data import PromptOptions, encode_group
+from trainer.grpo.loop import Trainer
 from trainer.logprobs import shared_logprobs
-from trainer.loop import Trainer
 
 PLANS = ["click the file menu", "Open 123 NOW", "save it", "x!"]
 
