@@ -61,7 +61,7 @@ def _register_service_clis() -> None:
         ("executor", "executor_service.cli", "The executor service (thought -> action)."),
         ("judge", "judge_service.cli", "The judge service (trajectory verdicts)."),
         ("worker", "worker.cli", "The VM-host worker (episodes, judge and group jobs)."),
-        ("tasks", "coda.taskgen.cli", "Task generation (auto exploration)."),
+        ("tasks", "coda_app.taskgen.cli", "Task generation (auto exploration)."),
         ("trainer", "trainer.grpo.cli", "Decoupled GRPO on the planner (stage 1)."),
         ("dataset", "trainer.sft.dataset_cli", "Stage-2 datasets of judged trajectories."),
         ("train", "trainer.sft.cli", "Supervised fine-tuning of a generalist planner (stage 2)."),
@@ -256,7 +256,7 @@ def up(
     demo batch. Ctrl-C stops everything; the next start keeps the data."""
     import uvicorn
 
-    from coda.embedded import embedded_services, exit_on_sigterm
+    from coda_app.embedded import embedded_services, exit_on_sigterm
     from master.app import create_app
     from master.settings import MasterSettings
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from coda.embedded.common import EmbeddedServiceError
-from coda.embedded.postgres import EmbeddedPostgres
-from coda.embedded.redis import EmbeddedRedis
 from coda.logging import get_logger
 from coda.urls import redact_url, to_asyncpg_url
+from coda_app.embedded.common import EmbeddedServiceError
+from coda_app.embedded.postgres import EmbeddedPostgres
+from coda_app.embedded.redis import EmbeddedRedis
 
 log = get_logger("coda.embedded")
 

@@ -15,23 +15,23 @@ Modules: `common` (what both servers share: error, host, ports, leftover process
 and `services` (both at once). URLs are normalised and redacted by :mod:`coda.urls`.
 """
 
-from coda.embedded.account import PG_SYSTEM_USER, SYSTEM_ROOT, SYSTEM_ROOT_ENV, system_root
-from coda.embedded.common import HOST, EmbeddedServiceError, port_is_free
-from coda.embedded.postgres import (
+from coda.urls import redact_url, to_asyncpg_url, to_plain_postgres_url
+from coda_app.embedded.account import PG_SYSTEM_USER, SYSTEM_ROOT, SYSTEM_ROOT_ENV, system_root
+from coda_app.embedded.common import HOST, EmbeddedServiceError, port_is_free
+from coda_app.embedded.postgres import (
     PG_DATABASE,
     PG_SUPERUSER,
     EmbeddedPostgres,
     postgres_bin_dir,
     postgres_site,
 )
-from coda.embedded.redis import EmbeddedRedis, redis_server_binary
-from coda.embedded.services import (
+from coda_app.embedded.redis import EmbeddedRedis, redis_server_binary
+from coda_app.embedded.services import (
     EmbeddedServices,
     ServiceUrls,
     embedded_services,
     exit_on_sigterm,
 )
-from coda.urls import redact_url, to_asyncpg_url, to_plain_postgres_url
 
 __all__ = [
     "HOST",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coda.embedded import EmbeddedServices
+from coda_app.embedded import EmbeddedServices
 from tests.fixtures.infra import embedded_data_dir
 
 

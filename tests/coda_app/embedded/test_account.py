@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coda.embedded import EmbeddedServiceError, EmbeddedServices, postgres_site
-from coda.embedded.account import _owned_dir
-from tests.coda.embedded.stores import pg
+from coda_app.embedded import EmbeddedServiceError, EmbeddedServices, postgres_site
+from coda_app.embedded.account import _owned_dir
+from tests.coda_app.embedded.stores import pg
 
 
 def _modes(path: Path) -> dict[Path, int]:

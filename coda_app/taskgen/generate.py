@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coda.inference.base import ChatBackend, GenerateOptions
-from coda.taskgen.dedup import DEFAULT_THRESHOLD, Deduplicator
 from coda.tasks import TaskSource, TaskSpec
+from coda_app.taskgen.dedup import DEFAULT_THRESHOLD, Deduplicator
 
 GENERATION_PROMPT = """You write new tasks for a computer-use agent working in the application {app}.
 {description}

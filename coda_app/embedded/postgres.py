@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from coda.embedded.account import (
+from coda.logging import get_logger
+from coda_app.embedded.account import (
     PG_SYSTEM_USER,
     _place_cluster,
     _postgres_account,
@@ -20,7 +21,7 @@ from coda.embedded.account import (
     _server_install,
     system_root,
 )
-from coda.embedded.common import (
+from coda_app.embedded.common import (
     HOST,
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
@@ -31,7 +32,6 @@ from coda.embedded.common import (
     _process_in,
     _terminate,
 )
-from coda.logging import get_logger
 
 log = get_logger("coda.embedded")
 

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from coda.embedded import EmbeddedServiceError, EmbeddedServices, embedded_services, port_is_free
-from coda.embedded.common import _package_dir
-from tests.coda.embedded.stores import pg, redis_client, url_port
+from coda_app.embedded import (
+    EmbeddedServiceError,
+    EmbeddedServices,
+    embedded_services,
+    port_is_free,
+)
+from coda_app.embedded.common import _package_dir
+from tests.coda_app.embedded.stores import pg, redis_client, url_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,7 +47,7 @@ def test_data_survives_clean_restart(data_dir: Path) -> None:
 
 _ORPHAN = """
 import json, os, sys
-from coda.embedded import EmbeddedServices
+from coda_app.embedded import EmbeddedServices
 from coda.logging import configure_logging
 configure_logging("WARNING")
 s = EmbeddedServices()
@@ -80,7 +85,7 @@ def test_start_after_parent_died_stops_leftovers(
 # which took past the test's bound once on a machine busy writing (a fresh clone installing).
 _SERVE = """
 import json, signal, sys, time
-from coda.embedded import embedded_services, exit_on_sigterm
+from coda_app.embedded import embedded_services, exit_on_sigterm
 from coda.logging import configure_logging
 configure_logging("WARNING")
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # as inherited by a job started with `&`

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from coda.taskgen.generate import build_generation_messages, make_task, parse_instructions
 from coda.tasks import TaskFormat, TaskSpec, parse_task
+from coda_app.taskgen.generate import build_generation_messages, make_task, parse_instructions
 
 SEED = {
     "type": "KAlgebra", "sort": "2d", "steps": 12, "instruction": "Plot y = x^2 in the 2D graph.",

@@ -54,8 +54,8 @@ def generate_cmd(
     """Ask an LLM for N new instructions, deduplicate, screen them, append TaskSpec JSONL."""
     from coda.inference.base import GenerateOptions
     from coda.inference.images import encode_data_url
-    from coda.taskgen.generate import generate_tasks
     from coda.tasks import TaskLoadError, TaskSpec, load_tasks
+    from coda_app.taskgen.generate import generate_tasks
 
     try:
         seed_tasks = [t for t in load_tasks(seeds) if t.app.lower() == app_name.lower()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coda.taskgen.dedup import Deduplicator, normalise, similarity
+from coda_app.taskgen.dedup import Deduplicator, normalise, similarity
 
 
 def test_normalise() -> None:

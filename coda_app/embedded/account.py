@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from coda.embedded.common import EmbeddedServiceError
 from coda.logging import get_logger
+from coda_app.embedded.common import EmbeddedServiceError
 
 log = get_logger("coda.embedded")
 

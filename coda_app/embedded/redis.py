@@ -9,7 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from coda.embedded.common import (
+from coda.logging import get_logger
+from coda_app.embedded.common import (
     HOST,
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
@@ -20,7 +21,6 @@ from coda.embedded.common import (
     _process_in,
     _terminate,
 )
-from coda.logging import get_logger
 
 log = get_logger("coda.embedded")
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from coda.clients.judge import InstructionCheckRequest, JudgeClient
 from coda.inference.base import GenerateOptions
 from coda.inference.transformers_local import TransformersBackend
-from coda.taskgen.cli import app
-from coda.taskgen.generate import generate_tasks
 from coda.tasks import TaskSpec, load_tasks, parse_task
+from coda_app.taskgen.cli import app
+from coda_app.taskgen.generate import generate_tasks
 from judge_service.app import create_app
 from judge_service.settings import JudgeSettings
 from tests.fixtures.services import TOKENS, asgi_client
