@@ -15,11 +15,6 @@ app = typer.Typer(help="Decoupled GRPO on the planner (groups from the master, v
 console = Console(stderr=True)
 
 
-def overrides(**options: Any) -> dict[str, Any]:
-    """Command-line options that were given (the rest comes from CODA_TRAINER_* / .env)."""
-    return {k: v for k, v in options.items() if v not in (None, [], ())}
-
-
 @app.callback(invoke_without_command=True)
 def train(
     ctx: typer.Context,
@@ -36,7 +31,7 @@ def train(
         return
     from pydantic import ValidationError
 
-    from trainer.config import TrainerConfig
+    from trainer.config import TrainerConfig, overrides
 
     try:
         cfg = TrainerConfig(**overrides(master_url=master_url, model=model,

@@ -27,16 +27,11 @@ lengths).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 from torch import Tensor
 
-
-class Aggregation(StrEnum):
-    TOKEN_MEAN = "token_mean"
-    SEQ_MEAN = "seq_mean"
-    DR_GRPO = "dr_grpo"
+from trainer.config import Aggregation
 
 
 def has_signal(rewards: Tensor, tol: float = 1e-8) -> bool:

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from coda.logging import configure_logging
-from trainer.grpo.cli import overrides
+from trainer.config import overrides
 
 app = typer.Typer(help="Supervised fine-tuning of a generalist planner (stage 2).",
                   no_args_is_help=True)

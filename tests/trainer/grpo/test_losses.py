@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
+from trainer.config import Aggregation
 from trainer.grpo.losses import (
-    Aggregation,
     aggregate,
     aggregate_denominator,
     aggregate_sum,
