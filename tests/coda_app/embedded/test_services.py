@@ -18,7 +18,7 @@ from coda_app.embedded import (
     embedded_services,
     port_is_free,
 )
-from coda_app.embedded.common import _package_dir
+from coda_app.embedded.common import package_dir
 from tests.coda_app.embedded.stores import pg, redis_client, url_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -199,4 +199,4 @@ def test_fresh_redis_db_is_empty_and_not_db0(fresh_redis_url: str) -> None:
 
 def test_missing_package_is_a_clear_error() -> None:
     with pytest.raises(EmbeddedServiceError, match="set REDIS_URL"):
-        _package_dir("no_such_package_for_coda", "install it, or set REDIS_URL")
+        package_dir("no_such_package_for_coda", "install it, or set REDIS_URL")
