@@ -32,7 +32,7 @@ from coda.clients.base import RETRY_STATUS, ServiceError
 from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
-from coda.contracts.desktop import DesktopBroken, EpisodeEnd, Observation, StepStatus
+from coda.contracts.desktop import DesktopBroken, Observation, StepStatus
 from coda.contracts.records import (
     EpisodePayload,
     EpisodeResult,
@@ -343,8 +343,3 @@ class EpisodeRun:
                               2000)
             return None, False
         return res.action, isinstance(res.action, Done | Fail | Answer)
-
-
-def end_of(steps: list[Step]) -> EpisodeEnd:
-    """How a recorded episode ended (its last step's action)."""
-    return episode_end(steps[-1].action if steps else None)
