@@ -110,6 +110,11 @@ def test_kill_9_during_training_then_resume_trains_each_group_once(
     assert "trainer.resumed" in text
 
 
+LEDGER_TTL_S = 120
+"""Group leases far longer than training takes on a loaded machine: they run out only when the
+test moves the master's clock, never while a trainer works (the clock is wall time + offset)."""
+
+
 async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothing_twice(
         master, artifacts_dir: Path, tiny_model_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     screen, _ = store_screens(artifacts_dir)
@@ -118,7 +123,7 @@ async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothi
         master_url=master.url, master_token=master.admin_token, model=str(tiny_model_dir),
         artifacts_url=f"file://{artifacts_dir}", checkpoint_dir=str(tmp_path / "ckpt"),
         device="cpu", max_pixels=MAX_PIXELS, groups_per_update=2, lora_rank=4,
-        lease_ttl_s=1, publish_every=100, run_name="ledger")
+        lease_ttl_s=LEDGER_TTL_S, publish_every=100, run_name="ledger")
     first = Trainer(cfg)
 
     async def crash(*_: object) -> None:
@@ -131,15 +136,15 @@ async def test_a_crash_between_checkpoint_and_ack_loses_nothing_and_trains_nothi
     state = ckpt.read_state(ckpt.latest_checkpoint(cfg.checkpoint_dir))  # type: ignore[arg-type]
     assert state.update == 1 and len(state.pending_acks) == 2
     trained_first = set(state.trained)
-    master.advance_clock(1.5)  # the leases run out and someone else leases the groups
+    master.advance_clock(LEDGER_TTL_S + 1)  # the leases run out; someone else leases the groups
     async with MasterClient(master.url, token=master.admin_token) as m:
-        taken = (await m.lease_groups(GroupLeaseRequest(max_groups=2, ttl_s=1))).items
+        taken = (await m.lease_groups(GroupLeaseRequest(max_groups=2, ttl_s=LEDGER_TTL_S))).items
     assert {str(g.id) for g in taken} == trained_first
 
     second = Trainer(cfg)
     await second.start()  # the pending acks: their tokens are no longer valid (409)
     reports = await second.run(max_updates=1)  # trains the two other groups
-    master.advance_clock(1.2)  # the other lease runs out: the trained groups come back
+    master.advance_clock(LEDGER_TTL_S + 1)  # the other lease runs out: the trained groups come back
     again = await second.run_once()
     await second.aclose()
     assert len(reports) == 1 and reports[0].trained == 2
