@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coda.logging import configure_logging, get_logger
+from coda_app.vcsim import app as _vcsim_app
 from coda_app.vllm import app as _vllm_app
 
 if TYPE_CHECKING:
@@ -507,6 +508,8 @@ def status(
 _register_service_clis()
 
 app.add_typer(_vllm_app, name="vllm", help="vLLM's own server for a model role.")
+app.add_typer(_vcsim_app, name="vcsim",
+              help="VMware's vSphere simulator with desktop VMs (development).")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
