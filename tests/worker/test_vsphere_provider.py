@@ -65,7 +65,7 @@ def clones(vcsim: Vcsim, si: Any, prefix: str, desktop_vm_image: str,
            ) -> Callable[..., VsphereProvider]:
     """``clones(**options)``: a clone-mode provider of a template of the desktop image."""
     def make(**options: Any) -> VsphereProvider:
-        template = _template(si, prefix, desktop_run(desktop_vm_image))
+        template = _template(si, prefix, desktop_run(desktop_vm_image, network=vcsim.network))
         return _provider(vcsim, mode="clone", template=template,
                          clone_prefix=f"{prefix}-clone", **options)
 
@@ -129,7 +129,8 @@ def test_clone_mode_passes_the_provider_contract_and_resets_to_a_fresh_vm(
 def test_revert_mode_passes_the_provider_contract_and_reverts_clean(
         vcsim: Vcsim, si: Any, prefix: str, desktop_vm_image: str) -> None:
     name = f"{prefix}-vm-0"
-    create_vm(si, name, desktop_run(desktop_vm_image), snapshot="sci_bench")
+    create_vm(si, name, desktop_run(desktop_vm_image, network=vcsim.network),
+              snapshot="sci_bench")
     with _provider(vcsim, mode="revert", vm_names=[name]) as provider:
         d = provider.desktop(0)
         check_desktop(d)
@@ -140,6 +141,28 @@ def test_revert_mode_passes_the_provider_contract_and_reverts_clean(
         assert d.vm._moId == vm
         _clean(d)
     assert str(find_vm(si, name).runtime.powerState) == "poweredOff"  # close powers it off
+
+
+def test_without_a_guestinfo_token_a_running_vm_is_not_power_cycled(
+        vcsim: Vcsim, si: Any, prefix: str, desktop_vm_image: str) -> None:
+    """OSWorld's / ScienceBoard's server takes no token, and ScienceBoard's desktop needs a
+    password login once: a revert to a snapshot with memory leaves the VM running, and the
+    provider must not reboot it (vcsim's revert leaves it running too). Here the desktop
+    image's token is baked into the VM (``guest_token``) instead of handed over."""
+    token = "baked-into-the-image-0123456789"
+    name = f"{prefix}-vm-0"
+    baked = ["--env", f"CODA_GUEST_TOKEN={token}"]
+    create_vm(si, name, desktop_run(desktop_vm_image, network=vcsim.network, options=baked),
+              snapshot="sci_bench")
+    with _provider(vcsim, mode="revert", vm_names=[name], guestinfo_token=False,
+                   guest_token=token) as provider:
+        d = provider.desktop(0)
+        d.reset()  # powered off: powered on
+        started = _docker("inspect", "-f", "{{.State.StartedAt}}", _container(d))
+        d.reset()  # reverted, still running: not power cycled
+        assert _docker("inspect", "-f", "{{.State.StartedAt}}", _container(d)) == started
+        assert d.health().ok
+        assert "guestinfo.coda.token" not in {o.key for o in d.vm.config.extraConfig}
 
 
 # ----------------------------------------------------------------------------- the token
@@ -243,10 +266,10 @@ def test_no_address_in_time_is_no_guest_ip(vcsim: Vcsim, si: Any, prefix: str,
         assert err.value.reason is BrokenReason.NO_GUEST_IP
 
 
-def test_stale_clones_are_removed_at_start(si: Any, prefix: str,
+def test_stale_clones_are_removed_at_start(vcsim: Vcsim, si: Any, prefix: str,
                                            clones: Callable[..., VsphereProvider]) -> None:
     clone = f"{prefix}-clone"
-    on = create_vm(si, f"{clone}-3", idle_run())
+    on = create_vm(si, f"{clone}-3", idle_run(network=vcsim.network))
     task_result(si, on.PowerOnVM_Task(), 60, "power on")
     create_vm(si, f"{clone}-0", None)
     create_vm(si, f"{clone}-keep", None)  # not a slot's name: not the provider's
@@ -270,6 +293,22 @@ def test_task_faults_are_typed_and_tasks_are_read_by_property_path(
     with pytest.raises(TypeError):  # pyvmomi's type check against vcsim's task entity
         _ = revert.info
     task_result(si, revert, 60, "revert")  # read by path: fine
+
+
+def test_an_expired_session_logs_in_again(clones: Callable[..., VsphereProvider]) -> None:
+    """vCenter ends idle sessions (30 minutes by default): the next call is refused
+    ``NotAuthenticated``, and the provider's connection logs in again and repeats it."""
+    with clones() as provider:
+        d = provider.desktop(0)
+        d.reset()
+        si = provider.connection()
+        si.content.sessionManager.Logout()  # what an expiry leaves behind
+        task_result(si, d.vm.PowerOffVM_Task(), 60, "power off")  # refused, logged in, done
+        assert si.content.sessionManager.currentSession is not None
+        health = d.health()
+        assert health.reason is BrokenReason.VM_OFF, health
+        d.reset()
+        assert d.health().ok
 
 
 def test_the_server_certificate_is_checked_and_a_bad_login_typed(vcsim: Vcsim) -> None:

@@ -21,11 +21,13 @@ VMware Tools' RPC or, under vcsim, from ``VMX_GUESTINFO_CODA_TOKEN``: see
 :mod:`worker.guest.guestinfo`): never on a command line or in a log. A clone gets a new one;
 a reverted VM keeps one for the provider's life (set again after every revert: a vcsim
 container keeps the environment of its first start). ``guest_token`` fixes it instead (an
-image with the token baked in). The address is VMware Tools' ``guest.ipAddress`` (IPv4, not
-link-local) once Tools report running (``tools_required``; vcsim has no Tools and never says
-so). Every vSphere task is polled through the PropertyCollector (``info.state``,
-``info.error``, ``info.result``) with a bound, and cancelled when it passes it; every API call
-has an HTTP time bound too.
+image with the token baked in); ``guestinfo_token`` false hands nothing over (OSWorld's and
+ScienceBoard's server take no token): a VM then reverted to a snapshot with memory keeps running
+as the snapshot left it (ScienceBoard's image, whose desktop needs a password login once).
+The address is VMware Tools' ``guest.ipAddress`` (IPv4, not link-local) once Tools report
+running (``tools_required``; vcsim has no Tools and never says so). Every vSphere task is
+polled through the PropertyCollector (``info.state``, ``info.error``, ``info.result``) with a
+bound, and cancelled when it passes it; every API call has an HTTP time bound too.
 
 Broken slots carry typed reasons: a VM powered off or destroyed from outside is ``vm_off``
 (also when a guest call fails and the VM turns out to be off), no address in time
@@ -55,6 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,6 +106,8 @@ class VsphereSettings:
     tools_required: bool = True  # the address counts once VMware Tools run (vcsim: false)
     guest_port: int = 5000
     guest_token: SecretStr | None = None  # default: a random one per VM, through guestinfo
+    guestinfo_token: bool = True  # hand the token over as guestinfo.coda.token (false: none,
+    # for OSWorld's / ScienceBoard's server; a VM left running by a memory snapshot stays so)
     portlike: int = 8000
     debian_apps: bool = False  # VMs of the project's desktop image: task paths to Debian's apps
     call_timeout_s: float = 120.0  # one vSphere API call (HTTP)
@@ -122,19 +127,31 @@ def ssl_context(s: VsphereSettings) -> ssl.SSLContext:
 
 
 def fault_message(fault: object) -> str:
-    """A vSphere fault's message (``msg``; pyvmomi's faults are dynamic types)."""
-    return str(getattr(fault, "msg", None) or fault)
+    """A vSphere fault's message (``msg``), else its type's name (never its whole repr)."""
+    return str(getattr(fault, "msg", None) or type(fault).__name__)
 
 
 def smart_connect(s: VsphereSettings) -> Any:
-    """A pyvmomi ServiceInstance; failures become typed :class:`DesktopBroken`."""
-    from pyVim.connect import SmartConnect
+    """A pyvmomi ServiceInstance, logged in; failures become typed :class:`DesktopBroken`.
+
+    Its stub logs in again when the session expired (vCenter ends idle sessions, 30 minutes by
+    default: a worker idle overnight would otherwise fail every call with ``NotAuthenticated``)
+    and retries a call once after a transport error, so one call takes at most twice
+    ``call_timeout_s``."""
+    from pyVim.connect import SmartStubAdapter, VimSessionOrientedStub
     from pyVmomi import vim, vmodl
 
+    def login(soap: Any) -> None:  # pyVim's own reads currentSession first, which vcsim refuses
+        manager: Any = vim.ServiceInstance("ServiceInstance", soap).RetrieveContent().sessionManager
+        manager.Login(s.user, s.password.get_secret_value(), None)
+
     try:
-        return SmartConnect(host=s.host, port=s.port, user=s.user,
-                            pwd=s.password.get_secret_value(), sslContext=ssl_context(s),
-                            httpConnectionTimeout=s.call_timeout_s)
+        stub = SmartStubAdapter(host=s.host, port=s.port, sslContext=ssl_context(s),
+                                httpConnectionTimeout=s.call_timeout_s)
+        si = vim.ServiceInstance("ServiceInstance",
+                                 VimSessionOrientedStub(stub, login, retryCount=2))
+        si.RetrieveContent()  # logs in
+        return si
     except ssl.SSLCertVerificationError as exc:
         raise DesktopBroken(BrokenReason.START_FAILED,
                             f"vSphere {s.host}:{s.port}: certificate not trusted ({exc.reason}): "
@@ -145,7 +162,7 @@ def smart_connect(s: VsphereSettings) -> Any:
     except vmodl.MethodFault as exc:
         raise DesktopBroken(BrokenReason.START_FAILED,
                             f"vSphere {s.host}:{s.port}: {fault_message(exc)}") from exc
-    except OSError as exc:  # refused, unreachable, timed out, TLS
+    except (OSError, HTTPException) as exc:  # refused, unreachable, timed out, TLS
         raise DesktopBroken(BrokenReason.NOT_ANSWERING,
                             f"vSphere {s.host}:{s.port}: {exc}") from exc
 
@@ -155,16 +172,21 @@ def smart_connect(s: VsphereSettings) -> Any:
 
 def read_props(si: Any, obj: Any, paths: list[str]) -> dict[str, Any]:
     """Properties of one managed object by path (``info.state``, ``runtime.powerState``)
-    through the PropertyCollector; unset ones are absent."""
+    through the PropertyCollector; unset ones are absent. An object that is gone raises
+    ``ManagedObjectNotFound``."""
     from pyVmomi import vmodl
 
     pc = vmodl.query.PropertyCollector
     spec = pc.FilterSpec(objectSet=[pc.ObjectSpec(obj=obj)],
                          propSet=[pc.PropertySpec(type=type(obj), pathSet=paths)])
     result = si.content.propertyCollector.RetrievePropertiesEx([spec], pc.RetrieveOptions())
-    if result is None or not result.objects:
-        return {}
-    return {p.name: p.val for p in result.objects[0].propSet}
+    if result is None or not result.objects:  # nothing to see: it is not there (any more)
+        raise vmodl.fault.ManagedObjectNotFound(obj=obj)
+    found = result.objects[0]
+    for missing in found.missingSet or []:
+        if isinstance(missing.fault, vmodl.fault.ManagedObjectNotFound):
+            raise missing.fault
+    return {p.name: p.val for p in found.propSet}
 
 
 def list_vms(si: Any) -> list[tuple[Any, str]]:
@@ -278,6 +300,7 @@ class VsphereDesktop(Desktop):
         self.vm_name = (f"{settings.clone_prefix}-{slot}" if settings.mode == "clone"
                         else settings.vm_names[slot])
         self.token = secret_value(settings.guest_token) or ""
+        self.handover = settings.guestinfo_token
         self.ip: str | None = None
 
     # vSphere calls ---------------------------------------------------------------------
@@ -310,7 +333,7 @@ class VsphereDesktop(Desktop):
             raise DesktopBroken(BrokenReason.START_FAILED,
                                 f"{what} {self.vm_name}: {type(exc).__name__}: "
                                 f"{fault_message(exc)}") from exc
-        except OSError as exc:
+        except (OSError, HTTPException) as exc:
             raise DesktopBroken(BrokenReason.NOT_ANSWERING,
                                 f"{what} {self.vm_name}: vSphere: {exc}") from exc
 
@@ -323,7 +346,8 @@ class VsphereDesktop(Desktop):
             self._call(lambda: self._task(self.vm.PowerOffVM_Task(), "power off"), "power off")
 
     def _power_on(self) -> None:
-        self._call(lambda: self._task(self.vm.PowerOnVM_Task(), "power on"), "power on")
+        if self._power() != POWERED_ON:  # a snapshot with memory may leave it running
+            self._call(lambda: self._task(self.vm.PowerOnVM_Task(), "power on"), "power on")
 
     def _set_token(self) -> None:
         """``guestinfo.coda.token`` of a powered-off VM, unless it already holds it."""
@@ -348,10 +372,11 @@ class VsphereDesktop(Desktop):
         """A new VM ``<prefix>-<slot>`` cloned from the template, with a new token."""
         from pyVmomi import vim
 
-        self.token = secret_value(self.s.guest_token) or secrets.token_urlsafe(24)
         source = self.provider.template()
-        extra = [vim.option.OptionValue(key=TOKEN_OPTION, value=self.token)]
-        extra += [vim.option.OptionValue(key=k, value=v) for k, v in source.run_options]
+        extra = [vim.option.OptionValue(key=k, value=v) for k, v in source.run_options]
+        if self.handover:
+            self.token = secret_value(self.s.guest_token) or secrets.token_urlsafe(24)
+            extra.append(vim.option.OptionValue(key=TOKEN_OPTION, value=self.token))
         location = vim.vm.RelocateSpec(pool=source.pool, datastore=source.datastore)
         if self.s.linked:
             location.diskMoveType = "createNewChildDiskBacking"
@@ -384,7 +409,7 @@ class VsphereDesktop(Desktop):
             self.vm = self._call(lambda: find_vm(self.si, self.vm_name), "find")
             if self.vm is None:
                 raise DesktopBroken(BrokenReason.START_FAILED, f"no VM {self.vm_name!r}")
-            if not self.token:
+            if self.handover and not self.token:
                 self.token = secrets.token_urlsafe(24)  # this VM's for the provider's life
         snap = self._call(lambda: find_snapshot(self.si, self.vm, self.s.snapshot),
                           "find snapshot")
@@ -392,7 +417,9 @@ class VsphereDesktop(Desktop):
             raise DesktopBroken(BrokenReason.START_FAILED,
                                 f"VM {self.vm_name!r} has no snapshot {self.s.snapshot!r}")
         self._call(lambda: self._task(snap.RevertToSnapshot_Task(), "revert"), "revert")
-        self._power_off()  # a snapshot with memory (or vcsim): boot, so the guest reads its token
+        if self.handover:  # a snapshot with memory (or vcsim): boot, so the guest reads its token
+            self._power_off()
+            self._set_token()
 
     def _boot(self) -> GuestClient:
         if self.s.mode == "clone":
@@ -400,7 +427,6 @@ class VsphereDesktop(Desktop):
             self._clone()
         else:
             self._revert_vm()
-            self._set_token()
         self._power_on()
         ip = self.ip = self._guest_ip()
         rewrites = list(SCIENCEBOARD_IMAGE.command_rewrites) if self.s.debian_apps else []
@@ -612,5 +638,5 @@ class VsphereProvider(Provider[VsphereDesktop]):
 
             try:
                 Disconnect(si)
-            except OSError as exc:  # the server went first: nothing left to log out of
+            except (OSError, HTTPException) as exc:  # the server went first: no session left
                 log.warning("vsphere.disconnect_failed", error=str(exc))
