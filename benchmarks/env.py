@@ -379,8 +379,9 @@ def measure_vsphere(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
         out["vsphere_simulator"] = {"server": about.fullName, "api": about.apiVersion,
                                     "url": sim.url}
         template, vm = f"{prefix}-template", f"{prefix}-vm-0"
-        create_vm(si, template, desktop_run(image), snapshot="sci_bench", template=True)
-        create_vm(si, vm, desktop_run(image), snapshot="sci_bench")
+        run = desktop_run(image, network=sim.network)
+        create_vm(si, template, run, snapshot="sci_bench", template=True)
+        create_vm(si, vm, run, snapshot="sci_bench")
         modes: dict[str, dict[str, Any]] = {
             "clone": {"template": template, "clone_prefix": f"{prefix}-clone"},
             "revert": {"vm_names": [vm]}}

@@ -75,6 +75,10 @@ class Vcsim:
     tar_image: str = TAR_IMAGE
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
+    network: str = field(default_factory=lambda: f"coda-vcsim-{secrets.token_hex(4)}")
+    """A Docker network of this simulator's own for its VMs' containers: vcsim reads a
+    container's address at its first start only, and a container restarted (a VM powered off
+    and on) gets its old address back on a network where no one else's take it."""
 
     @property
     def cert(self) -> Path:
@@ -96,11 +100,16 @@ class Vcsim:
         ready = self.workdir / "vcsim-ready.json"
         ready.unlink(missing_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = start_ready(
-            [str(self.binary), "-listen", "127.0.0.1:0", "-cert", str(self.cert),
-             "-ready", str(ready), "-tar-image", self.tar_image],
-            ready.exists, name="vcsim", log=self.log_path, timeout=START_TIMEOUT_S,
-            env={"VCSIM_USERNAME": self.user, "VCSIM_PASSWORD": self.password})
+        _docker("network", "create", "--label", "coda.vcsim=1", self.network)
+        try:
+            self.proc = start_ready(
+                [str(self.binary), "-listen", "127.0.0.1:0", "-cert", str(self.cert),
+                 "-ready", str(ready), "-tar-image", self.tar_image],
+                ready.exists, name="vcsim", log=self.log_path, timeout=START_TIMEOUT_S,
+                env={"VCSIM_USERNAME": self.user, "VCSIM_PASSWORD": self.password})
+        except BaseException:
+            _docker("network", "rm", self.network)
+            raise
         self.url = str(json.loads(ready.read_text())["url"])
         log.info("vcsim.started", url=self.url, pid=self.proc.pid)
 
@@ -110,8 +119,9 @@ class Vcsim:
             return None
         stop_process(self.proc, timeout=120, sig=signal.SIGTERM)
         code = self.proc.returncode
-        log.info("vcsim.stopped", code=code)
         self.proc = None
+        _docker("network", "rm", self.network)  # its VMs' containers went with it
+        log.info("vcsim.stopped", code=code)
         return code
 
     def log(self) -> str:
@@ -132,6 +142,12 @@ class Vcsim:
                             sslContext=ssl.create_default_context(cafile=str(self.cert)))
 
 
+def _docker(*args: str) -> None:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise VcsimError(f"docker {' '.join(args)}: {done.stderr.strip()}")
+
+
 @contextmanager
 def running(workdir: Path | None = None, binary: Path | None = None) -> Iterator[Vcsim]:
     """A started simulator, stopped afterwards (its temporary folder removed)."""
@@ -147,16 +163,22 @@ def running(workdir: Path | None = None, binary: Path | None = None) -> Iterator
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def desktop_run(image: str = DESKTOP_IMAGE, *, options: Sequence[str] = ()) -> list[str]:
-    """``RUN.container`` of a desktop VM: ``docker run`` options, then the image."""
-    return ["--tmpfs", "/sys:rw", "--shm-size", "256m",
+def _network(network: str | None) -> list[str]:
+    return ["--network", network] if network else []
+
+
+def desktop_run(image: str = DESKTOP_IMAGE, *, network: str | None = None,
+                options: Sequence[str] = ()) -> list[str]:
+    """``RUN.container`` of a desktop VM: ``docker run`` options, then the image; ``network``:
+    the simulator's own (:attr:`Vcsim.network`)."""
+    return ["--tmpfs", "/sys:rw", "--shm-size", "256m", *_network(network),
             "--env", f"CODA_DESKTOP_HOME_TEMPLATE={HOME_TEMPLATE}", *options, image]
 
 
-def idle_run(image: str = TAR_IMAGE) -> list[str]:
+def idle_run(image: str = TAR_IMAGE, *, network: str | None = None) -> list[str]:
     """``RUN.container`` of a VM whose guest does nothing (a light container: Debian, sleeping,
     stopped at once by its init)."""
-    return ["--tmpfs", "/sys:rw", "--init", image, "sleep", "infinity"]
+    return ["--tmpfs", "/sys:rw", "--init", *_network(network), image, "sleep", "infinity"]
 
 
 def create_vm(si: Any, name: str, run: Sequence[str] | None, *, snapshot: str | None = None,
@@ -211,14 +233,16 @@ def serve(
     with running() as sim:
         si = sim.connect()
         if mode == "clone":
-            create_vm(si, f"{prefix}-template", desktop_run(image), snapshot="sci_bench",
+            create_vm(si, f"{prefix}-template", desktop_run(image, network=sim.network),
+                      snapshot="sci_bench",
                       template=True)
             options = sim.options(mode="clone", template=f"{prefix}-template",
                                   clone_prefix=f"{prefix}-clone")
         else:
             names = [f"{prefix}-vm-{i}" for i in range(slots)]
             for name in names:
-                create_vm(si, name, desktop_run(image), snapshot="sci_bench")
+                create_vm(si, name, desktop_run(image, network=sim.network),
+                          snapshot="sci_bench")
             options = sim.options(mode="revert", vm_names=names)
         typer.echo(f"vcsim at {sim.url} (log {sim.log_path}); a worker on it:\n"
                    f"CODA_WORKER_PROVIDER=vsphere\n"

@@ -35,7 +35,8 @@ def fleet(vcsim: Vcsim, si: Any, desktop_vm_image: str) -> Iterator[dict[str, st
     under ``options``. Afterwards no VM, container or volume of the test's prefix is left."""
     prefix = vm_prefix()
     template = f"{prefix}-template"
-    create_vm(si, template, desktop_run(desktop_vm_image), snapshot="sci_bench", template=True)
+    create_vm(si, template, desktop_run(desktop_vm_image, network=vcsim.network),
+              snapshot="sci_bench", template=True)
     options = vcsim.options(mode="clone", template=template, clone_prefix=f"{prefix}-clone",
                             ready_timeout_s=120, ip_timeout_s=60)
     yield {"prefix": prefix, "clone": f"{prefix}-clone-0", "options": json.dumps(options)}
