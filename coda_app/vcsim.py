@@ -54,6 +54,8 @@ def vcsim_binary() -> Path:
     """``$CODA_VCSIM``, else what ``scripts/vcsim.sh`` builds (when missing) and prints."""
     given = os.environ.get("CODA_VCSIM")
     if given:
+        if not os.access(given, os.X_OK):
+            raise VcsimError(f"CODA_VCSIM={given} is not an executable file")
         return Path(given)
     if not BUILD_SCRIPT.exists():
         raise VcsimError(f"{BUILD_SCRIPT} is missing: set CODA_VCSIM to a vcsim binary")
