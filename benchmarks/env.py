@@ -47,9 +47,29 @@ With ``--docker`` the same run measures the ``docker`` provider's desktop contai
   then the means of their two runs (``*_runs`` lists them, ``episodes*`` count both runs) and
   ``docker_vs_local_episodes_per_min`` is their ratio.
 
+With ``--vsphere`` the ``vsphere`` provider against VMware's simulator vcsim (``coda_app/vcsim.py``,
+the binary of ``scripts/vcsim.sh``), its VMs backed by the desktop image, is measured too (every
+key starts with ``vsphere_``):
+
+* ``vsphere_first_start_s`` and ``vsphere_reset_ready_s`` (median of ``--resets`` resets after
+  the same "episode"; ``*_all`` lists them), per reset mode: ``clone`` (power off and destroy
+  the slot's clone, clone the template anew, power on, the address from ``guest.ipAddress``,
+  the ready probe) and ``revert`` (revert the VM's snapshot, power it off and on, the address,
+  the ready probe; the desktop restores its home at boot);
+* ``vsphere_episodes_per_min``: the episodes of ``episodes_per_min`` (same task, models, count
+  and slots) with the worker's slots as clones in vcsim, beside desktop containers of the
+  ``docker`` provider in the same run (``vsphere_docker_episodes_per_min``): the fleets run
+  docker, vsphere, vsphere, docker, the figures are the means of two runs each, and
+  ``vsphere_vs_docker_episodes_per_min`` is their ratio;
+* ``vsphere_simulator``: what answered (vcsim's about string), ``vsphere_machine``: the load
+  before and after these figures.
+
+``--vsphere-only`` measures just those and merges them into ``--out`` (its other keys stay).
+
 Ours and theirs alternate, so load from other processes hits both alike.
 
     python -m benchmarks.env --docker --out benchmarks/results/env.json
+    python -m benchmarks.env --vsphere-only --out benchmarks/results/env.json
 """
 
 from __future__ import annotations
@@ -321,6 +341,93 @@ def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     return out
 
 
+def _reset_series(desktop: Desktop, resets: int) -> tuple[float, list[float]]:
+    """Start from nothing, then ``resets`` resets each after an "episode" (seconds)."""
+    start = time.perf_counter()
+    desktop.reset()
+    first = time.perf_counter() - start
+    series = []
+    for _ in range(resets):
+        _episode(desktop)
+        start = time.perf_counter()
+        desktop.reset()
+        series.append(time.perf_counter() - start)
+    return first, series
+
+
+def measure_vsphere(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The vsphere provider's figures on vcsim (module docstring); VMs named ``prefix-*``."""
+    import docker
+
+    from coda_app.vcsim import create_vm, desktop_run, running
+    from worker.providers.docker_base import DESKTOP_IMAGE
+    from worker.providers.factory import make_provider
+
+    if not __package__:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.episodes import measure as measure_episodes
+
+    load_before = os.getloadavg()
+    client = docker.from_env()
+    try:  # by id: the tag is shared with other checkouts that may rebuild it meanwhile
+        image = str(client.images.get(DESKTOP_IMAGE).id)
+    finally:
+        client.close()
+    out: dict[str, Any] = {}
+    with running() as sim:
+        si = sim.connect()
+        about = si.content.about
+        out["vsphere_simulator"] = {"server": about.fullName, "api": about.apiVersion,
+                                    "url": sim.url}
+        template, vm = f"{prefix}-template", f"{prefix}-vm-0"
+        run = desktop_run(image, network=sim.network)
+        create_vm(si, template, run, snapshot="sci_bench", template=True)
+        create_vm(si, vm, run, snapshot="sci_bench")
+        modes: dict[str, dict[str, Any]] = {
+            "clone": {"template": template, "clone_prefix": f"{prefix}-clone"},
+            "revert": {"vm_names": [vm]}}
+        first: dict[str, float] = {}
+        resets: dict[str, list[float]] = {}
+        for mode, options in modes.items():
+            with make_provider("vsphere", sim.options(mode=mode, **options)) as provider:
+                first[mode], resets[mode] = _reset_series(provider.desktop(0), args.resets)
+        out["vsphere_first_start_s"] = {m: round(v, 3) for m, v in first.items()}
+        out["vsphere_reset_ready_s"] = {m: round(statistics.median(r), 3)
+                                        for m, r in resets.items()}
+        out["vsphere_reset_ready_s_all"] = {m: [round(x, 3) for x in r]
+                                            for m, r in resets.items()}
+        if args.episodes > 0:
+            fleets = {"docker": {"name_prefix": f"{prefix}-episodes"},
+                      "vsphere": sim.options(mode="clone", template=template,
+                                             clone_prefix=f"{prefix}-episode")}
+            runs: dict[str, list[dict[str, Any]]] = {"docker": [], "vsphere": []}
+            for i, name in enumerate(("docker", "vsphere", "vsphere", "docker")):
+                record = args.vsphere_record if name == "vsphere" and i == 1 else None
+                runs[name].append(measure_episodes(args.episodes, args.slots, provider=name,
+                                                   provider_options=fleets[name],
+                                                   record=record))
+            for label, key in (("vsphere", "vsphere_"), ("docker", "vsphere_docker_")):
+                done = runs[label]
+                out[f"{key}episodes_per_min"] = round(
+                    statistics.mean(r["episodes_per_min"] for r in done), 2)
+                out[f"{key}episodes_per_min_runs"] = [r["episodes_per_min"] for r in done]
+                out[f"{key}wall_s_runs"] = [r["wall_s"] for r in done]
+                out[f"{key}step_overhead_ms"] = round(
+                    statistics.mean(r["step_overhead_ms"] for r in done), 2)
+                for k in ("episodes", "episodes_completed", "episodes_succeeded"):
+                    out[f"{key}{k}"] = sum(r[k] for r in done)
+            out["vsphere_vs_docker_episodes_per_min"] = round(
+                out["vsphere_episodes_per_min"] / out["vsphere_docker_episodes_per_min"], 2)
+    out["vsphere_config"] = {"resets": args.resets, "episodes": args.episodes,
+                             "slots": args.slots, "episode_task": "TeXstudio/C-02 (replay backend)",
+                             "episode_mode": "clone"}
+    out["vsphere_machine"] = {"cpus": os.cpu_count(),
+                              "loadavg_before": [round(x, 2) for x in load_before],
+                              "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    out["vsphere_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -333,14 +440,33 @@ def main(argv: list[str] | None = None) -> None:
                    help="write a succeeded episode's record (JSON) here")
     p.add_argument("--docker", action="store_true",
                    help="also measure the docker provider's desktop containers")
+    p.add_argument("--vsphere", action="store_true",
+                   help="also measure the vsphere provider on VMware's simulator vcsim")
+    p.add_argument("--vsphere-only", action="store_true",
+                   help="only the vsphere figures, merged into --out (its other keys stay)")
+    p.add_argument("--vsphere-record", type=Path, default=None,
+                   help="write a succeeded vsphere episode's record (JSON) here")
     args = p.parse_args(argv)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    prefix = f"coda-bench-{secrets.token_hex(3)}"
+    if args.vsphere_only:
+        started = time.perf_counter()
+        merged = json.loads(args.out.read_text()) if args.out.exists() else {}
+        merged.update(measure_vsphere(args, prefix))
+        merged["vsphere_seconds"] = round(time.perf_counter() - started, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(merged, indent=2) + "\n")
+        log.info("bench.done", out=str(args.out), **{k: v for k, v in merged.items()
+                                                if k.startswith("vsphere_")
+                                                and isinstance(v, int | float)})
+        return
     load_before = os.getloadavg()
     started = time.perf_counter()
     result = measure(args)
-    prefix = f"coda-bench-{secrets.token_hex(3)}"
     if args.docker:
         result.update(measure_docker(args, prefix))
+    if args.vsphere:
+        result.update(measure_vsphere(args, prefix))
     if args.episodes > 0:
         if not __package__:  # run as a script (python benchmarks/env.py): find the package
             sys.path.insert(0, str(ROOT))

@@ -19,6 +19,7 @@ from coda.logging import configure_logging, get_logger
 from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_logs
 from coda_app.secrets_file import admin_token
 from coda_app.up import up
+from coda_app.vcsim import app as _vcsim_app
 from coda_app.vllm import app as _vllm_app
 
 if TYPE_CHECKING:
@@ -257,6 +258,8 @@ def status(
 _register_service_clis()
 
 app.add_typer(_vllm_app, name="vllm", help="vLLM's own server for a model role.")
+app.add_typer(_vcsim_app, name="vcsim",
+              help="VMware's vSphere simulator with desktop VMs (development).")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,14 +1,20 @@
 """Desktop fixtures: real Xvfb displays, window manager, guest agents and applications, one
 local provider per test module (``desktop_host`` in tests/fixtures/desktops.py checks the
-packages first)."""
+packages first); the replay model services and a master for the worker's episode tests."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from coda_app.services import ServiceProcess, running_services
+from tests.fixtures.master import ROOT, MasterProcess
+from tests.fixtures.services import Store, executor_settings, planner_settings
 from worker.providers.local import LocalDesktop, LocalProvider
+
+REPLAYS = ROOT / "examples" / "replays"
 
 
 @pytest.fixture(scope="module")
@@ -25,3 +31,26 @@ def desktop(provider: LocalProvider) -> LocalDesktop:
     d.reset()
     assert isinstance(d, LocalDesktop)
     return d
+
+
+@pytest.fixture(scope="module")
+def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[tuple[str, str]]:
+    """Planner and executor services answering from the recorded outputs of the demo tasks
+    (TeXstudio C-02, KAlgebra C-01), as ``coda up --models replay`` serves them."""
+    work = tmp_path_factory.mktemp("replay-services")
+    planner = ServiceProcess.of("planner", planner_settings(
+        REPLAYS / "demo.planner.json", service_store, work, backend="replay"),
+        work / "planner.log")
+    executor = ServiceProcess.of("executor", executor_settings(
+        REPLAYS / "demo.executor.json", service_store, backend="replay"),
+        work / "executor.log")
+    with running_services(planner, executor):
+        yield planner.url, executor.url
+
+
+@pytest.fixture
+def wmaster(master_factory: Any, service_store: Store) -> MasterProcess:
+    """A master whose artifact store is the one the model services read."""
+    return master_factory(CODA_ARTIFACTS_URL=str(service_store.root),  # type: ignore[no-any-return]
+                          CODA_MAX_UPLOAD_BYTES=str(16 * 1024 * 1024))

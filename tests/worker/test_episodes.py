@@ -15,53 +15,22 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coda_app.services import ServiceProcess, running_services
-from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
-from tests.fixtures.services import (
-    RunningService,
-    Store,
-    executor_settings,
-    planner_settings,
-)
+from tests.fixtures.master import EXAMPLES, MasterProcess
+from tests.fixtures.services import RunningService
 
 from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
 
 pytestmark = pytest.mark.slow
 
-REPLAYS = ROOT / "examples" / "replays"
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
 KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
 EPISODE_TIMEOUT = 240.0
-
-
-@pytest.fixture(scope="module")
-def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
-                    ) -> Iterator[tuple[str, str]]:
-    """Planner and executor services answering from the recorded outputs of the demo tasks
-    (TeXstudio C-02, KAlgebra C-01), as ``coda up --models replay`` serves them."""
-    work = tmp_path_factory.mktemp("replay-services")
-    planner = ServiceProcess.of("planner", planner_settings(
-        REPLAYS / "demo.planner.json", service_store, work, backend="replay"),
-        work / "planner.log")
-    executor = ServiceProcess.of("executor", executor_settings(
-        REPLAYS / "demo.executor.json", service_store, backend="replay"),
-        work / "executor.log")
-    with running_services(planner, executor):
-        yield planner.url, executor.url
-
-
-@pytest.fixture
-def wmaster(master_factory: Any, service_store: Store) -> MasterProcess:
-    """A master whose artifact store is the one the model services read."""
-    return master_factory(CODA_ARTIFACTS_URL=str(service_store.root),  # type: ignore[no-any-return]
-                          CODA_MAX_UPLOAD_BYTES=str(16 * 1024 * 1024))
 
 
 def _steps_by_attempt(episode: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:

@@ -18,8 +18,9 @@ def serve(
     port: Annotated[int | None, typer.Option(help="port (default 5000, OSWorld's)")] = None,
     host: Annotated[str | None, typer.Option(help="address (default all; loopback when "
                                                   "--throwaway-local-display)")] = None,
-    token: Annotated[str | None, typer.Option(envvar="CODA_GUEST_TOKEN",
-                                              help="bearer token clients must send")] = None,
+    token: Annotated[str | None, typer.Option(
+        envvar="CODA_GUEST_TOKEN", help="bearer token clients must send (default: the VM's "
+        "guestinfo.coda.token, set by the vsphere provider)")] = None,
     display: Annotated[str | None, typer.Option(help="X display (default $DISPLAY)")] = None,
     throwaway_local_display: Annotated[bool, typer.Option(
         "--throwaway-local-display",
@@ -33,6 +34,11 @@ def serve(
     from worker.guest.app import create_app
     from worker.guest.settings import GuestSettings, MissingTokenError
 
+    if token is None and not throwaway_local_display:
+        # a VM of the vsphere provider: the token it set as the VM's guestinfo.coda.token
+        from worker.guest.guestinfo import TOKEN_KEY, read_guestinfo
+
+        token = read_guestinfo(TOKEN_KEY)
     overrides: dict[str, Any] = {k: v for k, v in {
         "port": port, "host": host, "token": token, "display": display,
         "desktop_id": desktop_id}.items() if v is not None}

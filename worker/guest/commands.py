@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker.guest.guestinfo import is_guestinfo_env
+
 MARK = "CODA_DESKTOP"  # environment variable every started process (and its children) carries
 
 
@@ -50,7 +52,11 @@ def python_shim_dir() -> Path:
 
 
 def child_env(desktop_id: str, extra: Mapping[str, str]) -> dict[str, str]:
-    env = {**os.environ, **extra}
+    """The environment of a command the agent starts: its own, less the agent's token and the
+    VM's guestinfo values (which may carry it), plus ``extra`` and the desktop's mark."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "CODA_GUEST_TOKEN" and not is_guestinfo_env(k)}
+    env.update(extra)
     env[MARK] = desktop_id or "coda-guest"
     env["PATH"] = f"{python_shim_dir()}{os.pathsep}{env.get('PATH', os.defpath)}"
     for leak in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"):

@@ -76,6 +76,10 @@ OSWORLD_SCREENSHOT_BUDGET = 200
 252nd, measured); 200 leaves room for screenshots other clients of the guest take."""
 
 
+class ProviderConfigError(ValueError):
+    """The provider options do not fit the provider (names the option)."""
+
+
 @dataclass
 class ScreenshotBudget:
     """How a desktop spends screenshots on a guest whose server leaks one X connection per

@@ -8,11 +8,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from worker.providers.base import Provider
-
-
-class ProviderConfigError(ValueError):
-    """The provider options do not fit the provider (names the option)."""
+from worker.providers.base import Provider, ProviderConfigError
 
 
 def _settings(cls: type[Any], options: dict[str, Any], provider: str) -> Any:

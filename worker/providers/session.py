@@ -14,7 +14,15 @@ session exits with a code naming the one that died (:data:`EXIT_CODES`), so the 
 exit code carries a typed reason to the provider. ``SIGTERM`` / ``SIGINT`` stop everything
 (exit 0). Settings come from the environment (the image sets them):
 
-* ``CODA_GUEST_TOKEN`` (required, >= 16 characters: the session refuses to start without one);
+* ``CODA_GUEST_TOKEN`` (required, >= 16 characters: the session refuses to start without one),
+  or else the VM's ``guestinfo.coda.token`` (:mod:`worker.guest.guestinfo`: VMware Tools' RPC,
+  or the ``VMX_GUESTINFO_CODA_TOKEN`` variable VMware's simulator gives a container-backed VM),
+  how the ``vsphere`` provider hands it over; neither the window manager nor the applications
+  see it or any other guestinfo value;
+* ``CODA_DESKTOP_HOME_TEMPLATE`` (unset): when set, every start first makes the home a fresh
+  copy of this template and empties what the desktop user left in ``/tmp``, ``/var/tmp`` and
+  ``/dev/shm``: a desktop VM of the simulator, whose disk a snapshot revert does not reset, then
+  boots clean (``coda_app/vcsim.py`` sets it; the image's template is ``/opt/coda/home``);
 * ``CODA_DESKTOP_SCREEN`` (``1280x800``), ``CODA_GUEST_PORT`` (5000), ``CODA_GUEST_HOST``
   (``0.0.0.0``: the container's port is published on the host's loopback by the provider),
   ``CODA_DESKTOP_ID`` (marks every process the agent starts; default the host name),
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +48,7 @@ from types import FrameType
 from coda.contracts.desktop import BrokenReason
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
+from worker.guest.guestinfo import TOKEN_KEY, is_guestinfo_env, read_guestinfo
 from worker.guest.settings import MIN_TOKEN_LENGTH
 from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
@@ -71,19 +81,53 @@ class SessionSettings:
     window_manager: tuple[str, ...] = ("openbox",)
     run_dir: Path = Path("/run/coda")
     start_timeout_s: float = 30.0
+    home_template: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SessionSettings:
-        token = env.get("CODA_GUEST_TOKEN", "")
+        token = env.get("CODA_GUEST_TOKEN") or read_guestinfo(TOKEN_KEY, env) or ""
         if len(token) < MIN_TOKEN_LENGTH:
-            raise SessionError(f"refusing to start: set CODA_GUEST_TOKEN to a secret of at least "
+            raise SessionError(f"refusing to start: set CODA_GUEST_TOKEN (or the VM's "
+                               f"guestinfo.{TOKEN_KEY}) to a secret of at least "
                                f"{MIN_TOKEN_LENGTH} characters (`coda guest token` makes one)")
+        template = env.get("CODA_DESKTOP_HOME_TEMPLATE")
         return cls(token=token, screen=parse_screen(env.get("CODA_DESKTOP_SCREEN", "1280x800")),
                    port=int(env.get("CODA_GUEST_PORT", "5000")),
                    host=env.get("CODA_GUEST_HOST", "0.0.0.0"),
                    desktop_id=env.get("CODA_DESKTOP_ID") or socket.gethostname(),
                    window_manager=tuple(env.get("CODA_DESKTOP_WM", "openbox").split()),
-                   run_dir=Path(env.get("XDG_RUNTIME_DIR") or "/run/coda"))
+                   run_dir=Path(env.get("XDG_RUNTIME_DIR") or "/run/coda"),
+                   home_template=Path(template) if template else None)
+
+
+def restore_home(template: Path, home: Path,
+                 temporary: Sequence[Path] = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")),
+                 ) -> None:
+    """Make ``home`` a fresh copy of ``template`` and remove what this user left in the
+    temporary directories (not the X server's socket directory and locks, not the agent's
+    files): what ``coda-desktop-restore`` does as root for the docker provider, done by the
+    desktop user at boot."""
+    if not template.is_dir():
+        raise SessionError(f"CODA_DESKTOP_HOME_TEMPLATE: {template} is not a directory")
+    for entry in home.iterdir():
+        _remove(entry)
+    shutil.copytree(template, home, symlinks=True, dirs_exist_ok=True)
+    me = os.getuid()
+    for directory in temporary:
+        if not directory.is_dir():
+            continue
+        for entry in directory.iterdir():
+            keep = (entry.name == ".X11-unix" or entry.name.startswith(".X")
+                    or entry.name.startswith("coda-guest-"))
+            if not keep and entry.lstat().st_uid == me:
+                _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
 
 
 def parse_screen(value: str) -> tuple[int, int]:
@@ -112,6 +156,9 @@ class Session:
 
     def start(self) -> None:
         """Xvfb, the window manager and the agent, each probed before the next starts."""
+        if self.s.home_template is not None:
+            restore_home(self.s.home_template, Path.home())
+            log.info("desktop.session_home_restored", template=str(self.s.home_template))
         self.s.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         xauth = self.s.run_dir / "Xauthority"
         xauth.unlink(missing_ok=True)
@@ -119,8 +166,9 @@ class Session:
         xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
         self.display = self._start_xvfb(xauth)
         xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
-        env = {**os.environ, "DISPLAY": self.display, "XAUTHORITY": str(xauth)}
-        env.pop("CODA_GUEST_TOKEN", None)  # the applications never see the token
+        env = {k: v for k, v in os.environ.items()  # the applications never see the token
+               if k != "CODA_GUEST_TOKEN" and not is_guestinfo_env(k)}
+        env.update(DISPLAY=self.display, XAUTHORITY=str(xauth))
         self._spawn("wm", list(self.s.window_manager), env)
         wait_for(lambda: wm_running(env), self.s.start_timeout_s, "the window manager")
         subprocess.run(["xsetroot", *ROOT_PATTERN], env=env, check=True, timeout=10)
