@@ -95,10 +95,12 @@ def rename_layer(name: str) -> Solution:
 
 
 def map_menu(presses: int) -> Solution:
-    """The map window's context menu: the ``presses``-th item."""
+    """The map window's context menu (Copy coordinates, Hide toolbars, Hide statusbar): the
+    ``presses``-th item; done when the menu is gone (a state read answers again)."""
     def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
         act(desktop, click(gui.call(ctx, "rects")["map_window"], RightClick))
         act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
+        wait_for(lambda: gui.dump(ctx), "the GUI after its context menu", WAIT_S)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -125,17 +127,17 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
                      "d.vect map=countries@PERMANENT")),
     # rename the layer (windows)
     "B-02": (["info"], rename_layer("country_boundary"), rename_layer("country_boundaries")),
+    # hide the map display's toolbar (toolbars); wrong: hide its statusbar
+    "A-03": (["info"], map_menu(3), map_menu(2)),
     # output the metadata of the current map (output)
     "B-11": (["info"], console("v.info map=roadsmajor@PERMANENT"),
              console("v.info map=boundary_region@PERMANENT")),
     # add a varchar column COLOR (db: v.db.select)
-    "D-01": (["db"], console('v.db.addcolumn map=boundary_region columns="COLOR integer"'),
-             console('v.db.addcolumn map=boundary_region columns="COLOUR varchar(8)"',
-                     'v.db.addcolumn map=boundary_region columns="COLOR varchar(8)"')),
-    # delete the point in the Mediterranean Sea (db: v.to.db)
-    "D-04": (["db"], console("v.edit map=countries tool=delete cats=257"),
-             console("g.copy vector=countries,countries_backup",
-                     "v.edit map=countries tool=delete cats=258")),
+    "D-01": (["db"], console('v.db.addcolumn map=boundary_region columns="COLOUR varchar(8)"'),
+             console('v.db.addcolumn map=boundary_region columns="COLOR varchar(8)"')),
+    # delete the point in the Mediterranean Sea (db: v.to.db); wrong: a country's centroid
+    "D-04": (["db"], console("v.edit map=countries tool=delete cats=1 type=centroid"),
+             console("v.edit map=countries tool=delete cats=258")),
     # the number of Piemonte's provinces (answer)
     "A-10": (["stop"], answer("7"), answer("8")),
     # the map scale 1:400 (statusbar)

@@ -25,7 +25,7 @@ from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
 from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.tasks.adapters import app_checker, app_step
-from worker.tasks.adapters.grass import data_blocker
+from worker.tasks.adapters.grass import FALLBACK_TERMINAL, GRASS, TERMINAL, data_blocker
 from worker.tasks.checkers import GENERIC_CHECKERS
 from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
 
@@ -106,6 +106,8 @@ def launched_programs(task: TaskSpec) -> list[str]:
             continue
         for old, new in SCIENCEBOARD_IMAGE.command_rewrites:
             command = command.replace(old, new)
+        if task.app.lower() == GRASS.name.lower():  # its launch step's terminal fallback
+            command = command.replace(TERMINAL, FALLBACK_TERMINAL)
         words = [w for w in command.split() if "=" not in w.split("/")[0]]
         if words:
             out.append(words[0])

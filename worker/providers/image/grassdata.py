@@ -136,7 +136,7 @@ def natural_earth(gs: object) -> None:
 
 
 def _lines(rng: random.Random, count: int, box: dict[str, int]) -> str:
-    out = []
+    out: list[str] = []
     for _ in range(count):
         n = rng.randint(3, 6)
         pts = [(rng.uniform(box["w"], box["e"]), rng.uniform(box["s"], box["n"]))

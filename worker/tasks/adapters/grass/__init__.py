@@ -123,9 +123,9 @@ def _lambda(source: Any) -> Any:
         raise CheckError(CheckStatus.ERROR, str(exc)) from exc
 
 
-def _readable(fn: Any, *args: Any) -> Any:
+def _readable(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except gui.Unreadable as exc:
         raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
     except (gui.GuiError, GuestError) as exc:
