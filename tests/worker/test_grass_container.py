@@ -42,5 +42,5 @@ def test_grass_task_wrong_then_right_in_a_desktop_container(desktop: ContainerDe
     assert outcome.verdict is Verdict.FAILURE, outcome
     outcome = run_checkers(ctx, console("v.info map=boundary_region@PERMANENT")(desktop, ctx))
     assert outcome.verdict is Verdict.SUCCESS, outcome
-    ports = desktop.container.attrs["NetworkSettings"]["Ports"] or {}  # type: ignore[union-attr]
+    ports = desktop.container.attrs["NetworkSettings"]["Ports"] or {}
     assert set(ports) <= {"5000/tcp", "8000/tcp"}, ports
