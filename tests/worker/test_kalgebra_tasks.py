@@ -111,3 +111,22 @@ def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) ->
     outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
     assert outcome.verdict is Verdict.UNDECIDED, outcome
     assert outcome.results[0].status is CheckStatus.UNAVAILABLE
+
+
+@pytest.mark.parametrize(("shown", "verdict"), [
+    ("-sqrt(3)+3.31701330829003", Verdict.SUCCESS),  # log_2(3), kept exact by KAlgebra
+    ("-sqrt(2)+3.31701330829003", Verdict.FAILURE),
+])
+def test_val_calculates_a_value_the_panel_shows_as_an_expression(
+        desktop: LocalDesktop, monkeypatch: pytest.MonkeyPatch, shown: str,
+        verdict: Verdict) -> None:
+    """C-01's ``val`` (p = log_2(3)) on the real KAlgebra's task set-up, the Variables panel
+    read as showing p as an expression: Analitza (``calgebra`` in the slot) calculates it
+    before the comparison, so a right value that is an expression passes, a wrong one fails."""
+    task = load_task_file(TASKS / "C-01.json")
+    desktop.reset()
+    ctx = TaskContext.for_desktop(desktop, task)
+    assert run_setup(ctx).ok
+    monkeypatch.setattr(kdesktop, "variables", lambda _: {"p": shown})
+    outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
+    assert outcome.verdict is verdict, outcome

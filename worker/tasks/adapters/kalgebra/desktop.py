@@ -49,6 +49,7 @@ HELPER_TIMEOUT_S = 60.0
 VIEW_SETTLE_S = 1.0
 VIEW_TIMEOUT_S = 30.0
 A11Y_ENV = "QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 QT_ACCESSIBILITY=1"
+SQRT = "sqrt:=x->root(x, 2)"
 
 
 class Unreadable(RuntimeError):
@@ -184,6 +185,20 @@ def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
                          f"{key} is a number in the Variables panel, which shows only a number's "
                          f"real part: it cannot be compared with {expected!r}")
     return number_text(float(shown))
+
+
+def value_of(ctx: TaskContext, text: str) -> float:
+    """The number Analitza calculates from a value the Variables panel shows as an expression
+    (KAlgebra keeps values exact where it can: ``-sqrt(3)+2.88449914061``), through
+    ``calgebra`` in the guest; ValueError when it is not a real number."""
+    lines = [SQRT, text]  # the panel writes Analitza's root(x, 2) as sqrt(x)
+    path = ctx.rw(CALC_PATH)
+    ctx.guest.upload(path, ("\n".join(lines) + "\n").encode())
+    out = ctx.guest.execute(f"calgebra --calculate < {shlex.quote(path)}", shell=True,
+                            timeout=120)
+    if out.get("returncode") not in (0, None):
+        raise CheckError(CheckStatus.UNAVAILABLE, f"calgebra failed: {out.get('error')}")
+    return float(parse_session(str(out.get("error", "")), lines)[-1])
 
 
 def calculate(ctx: TaskContext, blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
