@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.actions import Click, Hotkey, Press, RightClick, TypeText
-from coda.contracts.desktop import EpisodeEnd
+from coda.contracts.desktop import EpisodeEnd, SetupReport
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
@@ -34,9 +34,12 @@ def click(rect: list[int], kind: type[Click] | type[RightClick] = Click) -> Any:
 
 
 def show_tab(desktop: Desktop, ctx: TaskContext, label: str) -> dict[str, Any]:
-    x, y = gui.call(ctx, "rects")["tabs"][label]
+    """Click the Layer Manager's tab ``label`` (GRASS marks a tab with new output as
+    "Console (...)"); the widgets' places once it is shown."""
+    tabs = gui.call(ctx, "rects")["tabs"]
+    x, y = next(point for text, point in tabs.items() if text.startswith(label))
     act(desktop, Click(x=x, y=y))
-    return wait_for(lambda: (r := gui.call(ctx, "rects"))["page"] == label and r,
+    return wait_for(lambda: (r := gui.call(ctx, "rects"))["page"].startswith(label) and r,
                     f"the {label} tab", WAIT_S)
 
 
@@ -70,8 +73,8 @@ def rename_layer(name: str) -> Solution:
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         rects = show_tab(desktop, ctx, "Layers")
         item = rects["layer_items"][0]
-        act(desktop, click(item["rect"]), click(item["rect"], RightClick))
-        act(desktop, Press(key="down"), Press(key="down"), Press(key="enter"))
+        act(desktop, click(item["rect"]))
+        menu_item(desktop, ctx, click(item["rect"]), 2)
         act(desktop, Hotkey(keys=["ctrl", "a"]), TypeText(text=name), Press(key="enter"))
         wait_for(lambda: any(w["_text"] == name for w in gui.dump(ctx)["windows"]),
                  f"the layer named {name!r}", WAIT_S)
@@ -79,13 +82,21 @@ def rename_layer(name: str) -> Solution:
     return solve
 
 
+def menu_item(desktop: Desktop, ctx: TaskContext, at: Click, presses: int) -> None:
+    """Right-click at ``at``, and once the context menu is up (the GUI reports it), choose
+    its ``presses``-th item with the keyboard; done when the menu is gone."""
+    act(desktop, RightClick(x=at.x, y=at.y))
+    wait_for(lambda: gui.call(ctx, "rects")["menu_open"], "the context menu", WAIT_S)
+    act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
+    wait_for(lambda: not gui.call(ctx, "rects")["menu_open"], "the context menu closed",
+             WAIT_S)
+
+
 def map_menu(presses: int) -> Solution:
     """The map window's context menu (Copy coordinates, Hide toolbars, Hide statusbar): the
-    ``presses``-th item; done when the menu is gone (a state read answers again)."""
+    ``presses``-th item."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        act(desktop, click(gui.call(ctx, "rects")["map_window"], RightClick))
-        act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
-        wait_for(lambda: gui.dump(ctx), "the GUI after its context menu", WAIT_S)
+        menu_item(desktop, ctx, click(gui.call(ctx, "rects")["map_window"]), presses)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -96,18 +107,53 @@ def answer(text: str) -> Solution:
     return solve
 
 
-def scale(value: float) -> Solution:
-    """The map display's scale set as the task's own ``scale`` step sets it."""
+STATUSBAR_MODES = ("Coordinates", "Display extent", "Computational region", "Display geometry",
+                   "Map scale", "Go to XY coordinates")  # the statusbar's context menu
+
+
+def statusbar(mode: str, text: str, done: Callable[[dict[str, Any]], bool]) -> Solution:
+    """The map display's statusbar: unless it shows ``mode`` already, right-click it and choose
+    ``mode`` in its context menu (the menu raises the Layer Manager over the statusbar's left
+    end), click the statusbar's free right part (raising the display again), then click the
+    mode's widget (both again until it has the keyboard focus), select all, type ``text`` and
+    Enter; done when ``done(dump)`` holds and the map is rendered (a display region beyond the
+    poles fails the render, which raises the Layer Manager over the statusbar again)."""
+    index = STATUSBAR_MODES.index(mode)
+
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        gui.call(ctx, "scale", scale=value)
+        x, y, w, h = gui.call(ctx, "rects")["statusbar"]
+        free = Click(x=x + w * 3 // 4, y=y + h // 2)
+        if gui.dump(ctx)["statusbar"]["mode"] != index:
+            menu_item(desktop, ctx, free, index + 1)
+            wait_for(lambda: gui.dump(ctx)["statusbar"]["mode"] == index,
+                     f"the statusbar in mode {mode!r}", WAIT_S)
+
+        def focused() -> bool:
+            act(desktop, free)
+            act(desktop, click(gui.call(ctx, "rects")["statusbar_widget"]))
+            return bool(gui.call(ctx, "rects")["statusbar_focused"])
+
+        wait_for(focused, f"the keyboard focus in the statusbar's {mode!r}", WAIT_S)
+        act(desktop, Hotkey(keys=["ctrl", "a"]), TypeText(text=text), Press(key="enter"))
+        wait_for(lambda: done(gui.dump(ctx)) and not gui.call(ctx, "rects")["rendering"],
+                 f"{text!r} entered in the statusbar and the map rendered", WAIT_S)
         return EpisodeEnd(kind="DONE")
     return solve
 
 
-def setup_task(desktop: Desktop, name: str) -> TaskContext:
+def setup_task_report(desktop: Desktop, name: str, *, reset: bool = True
+                      ) -> tuple[TaskContext, SetupReport]:
+    """Task ``name`` set up from its file; with ``reset`` on a freshly reset slot (the GUI
+    closed, the data sets restored), else on the GUI an earlier task left (the task's
+    ``launch`` restarts it: one GUI for several tasks)."""
     task = load_task_file(TASKS / f"{name}.json")
-    desktop.reset()
+    if reset:
+        desktop.reset()
     ctx = TaskContext.for_desktop(desktop, task)
-    report = run_setup(ctx)
+    return ctx, run_setup(ctx)
+
+
+def setup_task(desktop: Desktop, name: str, *, reset: bool = True) -> TaskContext:
+    ctx, report = setup_task_report(desktop, name, reset=reset)
     assert report.ok, report.first_problem
     return ctx

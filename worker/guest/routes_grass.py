@@ -37,6 +37,7 @@ class GrassOp(StrEnum):
     LAYER = "layer"
     SCALE = "scale"
     GCMD = "gcmd"
+    RESTART = "restart"
     RECTS = "rects"
 
 
@@ -91,7 +92,7 @@ def ask(path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any]:
 @router.post("/grass", responses=guest_errors(502, 503, 504))
 def grass(body: GrassRequest, state: StateDep) -> Any:
     """Run one operation of GRASS GIS's GUI state reader (``ready``, ``dump``, ``map``,
-    ``layer``, ``scale``, ``gcmd``, ``rects``)."""
+    ``layer``, ``scale``, ``gcmd``, ``restart``, ``rects``)."""
     path = socket_path(state.env)
     request = {"op": body.op.value, "args": {**body.args, "timeout_s": body.timeout_s}}
     try:

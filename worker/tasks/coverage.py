@@ -85,7 +85,8 @@ UNREADABLE: dict[str, Callable[[dict[str, Any]], str | None]] = {"kalgebra": _ka
 
 def _grass_blocker(task: TaskSpec) -> str | None:
     if not grassdata.is_built(SCIENCEBOARD_IMAGE.grassdata or grassdata.default_dest()):
-        return "GRASS GIS's stand-in data sets are not built here: run scripts/desktop-deps.sh"
+        return ("GRASS GIS's stand-in data sets are not built here, or are stale (built by "
+                "another grassdata.py): run scripts/desktop-deps.sh")
     return data_blocker(task)
 
 

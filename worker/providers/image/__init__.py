@@ -10,8 +10,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda.logging import get_logger
 from worker.providers.base import GUEST_HOME
 from worker.providers.image import grassdata
+
+log = get_logger(__name__)
 
 HERE = Path(__file__).resolve().parent
 
@@ -85,6 +88,9 @@ class SlotImage:
             (home / d).mkdir(parents=True, exist_ok=True)
         if self.grassdata is not None and grassdata.is_built(self.grassdata):
             shutil.copytree(self.grassdata, home / "grassdata", symlinks=True)
+        elif self.grassdata is not None and (self.grassdata / grassdata.STAMP).exists():
+            log.warning("image.grassdata_stale", path=str(self.grassdata),
+                        fix="scripts/desktop-deps.sh rebuilds it")
 
 
 SCIENCEBOARD_IMAGE = SlotImage()

@@ -29,8 +29,15 @@ Operations (the keys ScienceBoard's task checkers read, the steps its setup call
 * ``layer``: display a map the data catalog lists (as a double click on it does);
 * ``scale``: set the first map display's scale and render it;
 * ``gcmd``: run a GRASS module in the GUI's session and return its exit code and output;
+* ``restart``: bring the running GUI back to a fresh launch's state without relaunching it
+  (every map display closed and a new one opened, dialogs closed, the console cleared, the
+  session in ``args``' mapset, the Data tab shown): the adapter's ``launch`` when this GUI is
+  already up in the slot;
 * ``rects``: where some widgets are on the screen (the Layer Manager's tabs, the console's
-  prompt, the layer tree's items, the map window), for scripted solutions and recordings.
+  prompt, the layer tree's items, the map window, the map display's statusbar and the widget
+  its current mode shows, and whether that widget has the keyboard focus), whether a popup
+  menu is open and whether the map display is rendering, for scripted solutions and
+  recordings.
 """
 
 from __future__ import annotations
@@ -223,6 +230,32 @@ def op_gcmd(args: dict[str, Any]) -> dict[str, Any]:
     return {"returncode": code, "stdout": out or "", "stderr": err or ""}
 
 
+def op_restart(args: dict[str, Any]) -> dict[str, Any]:
+    frame = need_frame()
+    wx = wx_module()
+    for window in wx.GetTopLevelWindows():  # dialogs a solution left open
+        if isinstance(window, wx.Dialog) and window.IsShown():
+            if window.IsModal():
+                window.EndModal(wx.ID_CANCEL)
+            window.Destroy()
+    from grass.script import gisenv
+
+    env = gisenv()
+    here = (env.get("GISDBASE"), env.get("LOCATION_NAME"), env.get("MAPSET"))
+    want = (args["grassdb"], args["location"], args["mapset"])
+    if here != want and not catalog_tree(frame).SwitchMapset(
+            grassdb=want[0], location=want[1], mapset=want[2], show_confirmation=False):
+        return {"switched": False}
+    if here[:2] == want[:2]:
+        # a switch to another location closes the workspace and opens a new one (one new map
+        # display, numbered from 1 again); within a location do the same
+        frame.OnWorkspaceClose()
+        frame.OnWorkspaceNew()
+    frame.goutput.OnOutputClear(None)
+    frame.notebook.SetSelectionByName("catalog")
+    return {"switched": True, "displays": len(displays(frame))}
+
+
 def rect(window: Any) -> list[int] | None:
     if window is None or not window.IsShownOnScreen():
         return None
@@ -247,6 +280,18 @@ def op_rects(_: dict[str, Any]) -> dict[str, Any]:
             items.append({"name": item_name(item), "text": item.GetText(),
                           "rect": [x, y, box.width, box.height]})
     out["layer_items"] = items
+    manager = display.statusbarManager
+    if manager is not None:
+        item = list(manager.statusbarItems.values())[manager.GetMode()]
+        widget = getattr(item, "widget", None)
+        focus = wx_module().Window.FindFocus()
+        out["statusbar"] = rect(manager.statusbar)
+        out["statusbar_widget"] = rect(widget)
+        focused = [focus, focus.GetParent()] if focus is not None else []
+        out["statusbar_focused"] = widget is not None and widget.GetHandle() in [
+            w.GetHandle() for w in focused if w is not None]  # wx gives new proxies: no `is`
+    out["menu_open"] = MENUS["open"] > 0
+    out["rendering"] = bool(getattr(display.Map.GetRenderMgr(), "_rendering", False))
     out["tabs"] = tabs(frame.notebook)
     out["page"] = frame.notebook.GetPageText(frame.notebook.GetSelection())
     return out
@@ -269,8 +314,33 @@ def tabs(notebook: Any) -> dict[str, list[int]]:
     return found
 
 
+MENUS: dict[str, Any] = {"open": 0}  # popup menus shown now (a wx event filter counts)
+
+
+def watch_menus() -> None:
+    """Count the GUI's open menus from now on (once): a scripted solution waits for a context
+    menu to be up before it sends keys to it, as a person waits to see it."""
+    if MENUS.get("watching"):
+        return
+    wx = wx_module()
+    opened, closed = wx.wxEVT_MENU_OPEN, wx.wxEVT_MENU_CLOSE
+
+    class MenuWatch(wx.EventFilter):  # type: ignore[name-defined]
+        def FilterEvent(self, event: Any) -> int:
+            kind = event.GetEventType()
+            if kind == opened:
+                MENUS["open"] += 1
+            elif kind == closed:
+                MENUS["open"] = max(0, MENUS["open"] - 1)
+            return -1  # wx.EventFilter.Event_Skip: processed as usual
+
+    MENUS["filter"] = MenuWatch()
+    wx.EvtHandler.AddFilter(MENUS["filter"])
+    MENUS["watching"] = 1
+
+
 MAIN_THREAD_OPS = {"ready": op_ready, "dump": op_dump, "map": op_map, "layer": op_layer,
-                   "scale": op_scale, "rects": op_rects}
+                   "scale": op_scale, "restart": op_restart, "rects": op_rects}
 THREAD_OPS = {"gcmd": op_gcmd}
 
 
@@ -286,6 +356,7 @@ def on_main_thread(fn: Any, args: dict[str, Any], timeout: float) -> Any:
 
     def run() -> None:
         try:
+            watch_menus()
             box["result"] = fn(args)
         except Exception as exc:  # reported to the client with its type
             box["error"] = f"{type(exc).__name__}: {exc}"
