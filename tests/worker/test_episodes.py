@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from coda.logging import get_logger
 from coda_app.services import ServiceProcess, running_services
 from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
 from tests.fixtures.services import (
@@ -29,15 +30,18 @@ from tests.fixtures.services import (
     executor_settings,
     planner_settings,
 )
+from worker.providers.image import grassdata
 
 from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
 
 pytestmark = pytest.mark.slow
+log = get_logger(__name__)
 
 REPLAYS = ROOT / "examples" / "replays"
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
 KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
+GRASS_A03 = json.loads((EXAMPLES / "VM" / "GrassGIS" / "A-03.json").read_text())
 EPISODE_TIMEOUT = 240.0
 
 
@@ -45,7 +49,8 @@ EPISODE_TIMEOUT = 240.0
 def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
                     ) -> Iterator[tuple[str, str]]:
     """Planner and executor services answering from the recorded outputs of the demo tasks
-    (TeXstudio C-02, KAlgebra C-01), as ``coda up --models replay`` serves them."""
+    (TeXstudio C-02, KAlgebra C-01, GRASS GIS A-03), as ``coda up --models replay`` serves
+    them."""
     work = tmp_path_factory.mktemp("replay-services")
     planner = ServiceProcess.of("planner", planner_settings(
         REPLAYS / "demo.planner.json", service_store, work, backend="replay"),
@@ -182,6 +187,37 @@ def test_replay_solves_a_kalgebra_task_checked_on_the_real_kalgebra(
                    for s in ep["steps"]]
         assert ep["success"] is True, (summary, ep)
         assert [s["action"]["type"] for s in ep["steps"]] == ["type", "done"], summary
+        job = rest.post("/v1/jobs", {"kind": "group", "payload": {
+            "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
+        wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
+                 worker)
+    [item] = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
+    rewards = sorted(c["reward"] for c in item["group"]["candidates"])
+    assert rewards[-4:] == [1.0] * 4 and rewards[0] < 1.0  # the right plan and the wrong one
+
+
+def test_replay_solves_a_grass_task_checked_on_the_real_grass(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    """GRASS GIS A-03 (hide Map Display 1's toolbar): the worker sets the task up on Debian's
+    GRASS (stand-in data sets, the GUI with the project's state reader), the recorded plan
+    right-clicks the map window and clicks Hide toolbars in its context menu, and the task's
+    own checker reads the GUI's toolbars through the guest agent."""
+    if not grassdata.is_built(grassdata.default_dest()):
+        pytest.fail("GRASS GIS's stand-in data sets are not built: run scripts/desktop-deps.sh")
+    rest = Rest(wmaster)
+    episode_id = rest.submit([GRASS_A03], judge="never")["episode_ids"][0]
+    planner_url, executor_url = replay_services
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    with running_worker(env, tmp_path / "worker.log") as worker:
+        ep = _wait_episode(rest, episode_id, worker)
+        summary = [(s["index"], s["action"], s["outcome"], s["error"]) for s in ep["steps"]]
+        assert ep["success"] is True, (summary, ep)
+        actions = [s["action"] for s in ep["steps"]]
+        assert [a["type"] for a in actions] == ["right_click", "click", "done"], summary
+        assert (actions[0]["x"], actions[0]["y"], actions[1]["x"], actions[1]["y"]) == (
+            867, 314, 945, 356)  # the map window's middle, then Hide toolbars in its menu
+        log.info("replay.grass", episode_id=episode_id)
         job = rest.post("/v1/jobs", {"kind": "group", "payload": {
             "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
         wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
