@@ -10,8 +10,10 @@ Checker meaning (ScienceBoard ``sci/KAlgebra/task.py``): ``val`` passes when the
 value (its text read as a number; on Debian's KAlgebra an exact value the panel shows as an
 expression is calculated by Analitza first) is within 1e-6 of the expected number, a missing or
 non-number variable fails; ``var`` compares the variable's text exactly (``#UNDEF``: the
-variable must not exist); ``eqn`` passes when one plot answers every expected key (see
-:mod:`.points`), ``#SIZE`` compares the number of 2D plots.
+variable must not exist; on Debian's KAlgebra the text of the value Analitza calculates from
+an expression the panel shows, as ScienceBoard's patched KAlgebra reports the value); ``eqn``
+passes when one plot answers every expected key (see :mod:`.points`), ``#SIZE`` compares the
+number of 2D plots.
 """
 
 from __future__ import annotations
