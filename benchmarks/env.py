@@ -363,8 +363,11 @@ def main_grass(args: argparse.Namespace) -> None:
         from worker.providers.docker import DockerProvider, DockerSettings
 
         prefix = f"coda-bench-{secrets.token_hex(3)}"
-        with DockerProvider(DockerSettings(name_prefix=f"{prefix}-grass")) as boxed:
+        settings = DockerSettings(name_prefix=f"{prefix}-grass", image=args.docker_image)
+        with DockerProvider(settings) as boxed:
             out.update(measure_grass(boxed.desktop(0), args.grass_runs, prefix="docker_"))
+            image = settings.client().images.get(settings.image_name)
+        out["docker_grass_image"] = {"name": settings.image_name, "id": image.id[:19]}
     out["grass_machine"] = {"cpus": os.cpu_count(), "runs": args.grass_runs,
                             "loadavg_before": [round(x, 2) for x in load_before],
                             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
@@ -392,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--grass", action="store_true",
                    help="only GRASS GIS's figures, merged into --out")
     p.add_argument("--grass-runs", type=int, default=5)
+    p.add_argument("--docker-image", default=None,
+                   help="--grass --docker: the desktop image (default coda-desktop:latest)")
     args = p.parse_args(argv)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
     if args.grass:
