@@ -8,8 +8,9 @@ inside the GUI's process (:mod:`.wxgui_state`, reached through the guest agent's
   terminal). It is done when the Layer Manager, a map display and the data catalog are up.
   When a GUI with the reader is already up in the slot (an earlier task's, no reset since: a
   second GRASS session on the same mapset would share its lock), that GUI is brought back to
-  a fresh launch's state instead (every map display replaced by a new one, dialogs closed,
-  the console cleared, the session in the mapset the command names): several tasks then share
+  a fresh launch's state instead (a new workspace: one new map display, as a switch to
+  another location makes; dialogs closed, the console cleared, the session in the mapset the
+  command names): several tasks then share
   one GUI; the data sets are restored only by the slot's reset. Before launching, the start
   mapset must be in the slot and, where the database is the project's stand-in (it holds
   ``.coda-standin``), built by this checkout's ``grassdata.py``: else the step fails at once,

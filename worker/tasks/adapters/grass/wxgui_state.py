@@ -30,9 +30,9 @@ Operations (the keys ScienceBoard's task checkers read, the steps its setup call
 * ``scale``: set the first map display's scale and render it;
 * ``gcmd``: run a GRASS module in the GUI's session and return its exit code and output;
 * ``restart``: bring the running GUI back to a fresh launch's state without relaunching it
-  (every map display closed and a new one opened, dialogs closed, the console cleared, the
-  session in ``args``' mapset, the Data tab shown): the adapter's ``launch`` when this GUI is
-  already up in the slot;
+  (dialogs closed, the session in ``args``' mapset, a new workspace: every map display closed
+  and one new one opened, as GRASS does on a switch to another location; the console cleared,
+  the Data tab shown): the adapter's ``launch`` when this GUI is already up in the slot;
 * ``rects``: where some widgets are on the screen (the Layer Manager's tabs, the console's
   prompt, the layer tree's items, the map window, the map display's statusbar and the widget
   its current mode shows, and whether that widget has the keyboard focus), whether a popup
