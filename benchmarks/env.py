@@ -68,8 +68,17 @@ key starts with ``vsphere_``):
 
 Ours and theirs alternate, so load from other processes hits both alike.
 
+With ``--grass`` only GRASS GIS's figures are measured and merged into ``--out`` (its other keys
+kept): ``grass_launch_ready_s`` (ScienceBoard task A-01's setup on a fresh slot: the ``.gislock``
+clean-up, then ``grass --gui`` launched with the state reader until the Layer Manager, a map
+display and the data catalog are up) and ``grass_reset_ready_s`` (a slot with that GUI open
+reset: GUI closed, home and data sets restored, desktop ready), medians of ``--grass-runs``; with
+``--docker`` also ``docker_grass_launch_ready_s`` and ``docker_grass_reset_ready_s`` in a
+desktop container.
+
     python -m benchmarks.env --docker --out benchmarks/results/env.json
     python -m benchmarks.env --vsphere-only --out benchmarks/results/env.json
+    python -m benchmarks.env --grass --docker --grass-runs 3
 """
 
 from __future__ import annotations
@@ -428,6 +437,57 @@ def measure_vsphere(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     return out
 
 
+def measure_grass(desktop: Desktop, runs: int, prefix: str = "") -> dict[str, Any]:
+    """GRASS GIS launch-to-ready and reset-to-ready on ``desktop`` (module docstring)."""
+    from coda.tasks import load_task_file
+    from worker.tasks import TaskContext, run_setup
+
+    task = load_task_file(ROOT / "examples/scienceboard/VM/GrassGIS/A-01.json")
+    launches, resets = [], []
+    desktop.reset()
+    for _ in range(runs):
+        ctx = TaskContext.for_desktop(desktop, task)
+        start = time.perf_counter()
+        report = run_setup(ctx)
+        launches.append(time.perf_counter() - start)
+        if not report.ok:
+            raise RuntimeError(f"GRASS GIS's setup failed: {report.first_problem}")
+        start = time.perf_counter()
+        desktop.reset()
+        resets.append(time.perf_counter() - start)
+    return {f"{prefix}grass_launch_ready_s": round(statistics.median(launches), 3),
+            f"{prefix}grass_launch_ready_s_all": [round(x, 3) for x in launches],
+            f"{prefix}grass_reset_ready_s": round(statistics.median(resets), 3),
+            f"{prefix}grass_reset_ready_s_all": [round(x, 3) for x in resets]}
+
+
+def main_grass(args: argparse.Namespace) -> None:
+    """``--grass``: GRASS GIS's figures merged into ``--out`` (new keys; the rest kept)."""
+    load_before = os.getloadavg()
+    out: dict[str, Any] = {}
+    with LocalProvider(LocalSettings(screen=(1280, 800))) as provider:
+        out.update(measure_grass(provider.desktop(0), args.grass_runs))
+    if args.docker:
+        from worker.providers.docker import DockerProvider, DockerSettings
+
+        prefix = f"coda-bench-{secrets.token_hex(3)}"
+        settings = DockerSettings(name_prefix=f"{prefix}-grass", image=args.docker_image)
+        with DockerProvider(settings) as boxed:
+            out.update(measure_grass(boxed.desktop(0), args.grass_runs, prefix="docker_"))
+            image = settings.client().images.get(settings.image_name)
+        out["docker_grass_image"] = {"name": settings.image_name, "id": image.id[:19]}
+    out["grass_machine"] = {"cpus": os.cpu_count(), "runs": args.grass_runs,
+                            "loadavg_before": [round(x, 2) for x in load_before],
+                            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                            "at": datetime.now(UTC).isoformat(timespec="seconds")}
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result.update(out)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    log.info("bench.grass", out=str(args.out), **{k: v for k, v in out.items()
+                                                 if isinstance(v, int | float)})
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -440,6 +500,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="write a succeeded episode's record (JSON) here")
     p.add_argument("--docker", action="store_true",
                    help="also measure the docker provider's desktop containers")
+    p.add_argument("--grass", action="store_true",
+                   help="only GRASS GIS's figures, merged into --out")
+    p.add_argument("--grass-runs", type=int, default=5)
+    p.add_argument("--docker-image", default=None,
+                   help="--grass --docker: the desktop image (default coda-desktop:latest)")
     p.add_argument("--vsphere", action="store_true",
                    help="also measure the vsphere provider on VMware's simulator vcsim")
     p.add_argument("--vsphere-only", action="store_true",
@@ -448,6 +513,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="write a succeeded vsphere episode's record (JSON) here")
     args = p.parse_args(argv)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    if args.grass:
+        main_grass(args)
+        return
     prefix = f"coda-bench-{secrets.token_hex(3)}"
     if args.vsphere_only:
         started = time.perf_counter()

@@ -36,7 +36,8 @@ REPLAYS = ROOT / "examples" / "replays"
 REPLAY_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.json"
                 for app, name in (("TeXstudio", "C-02"), ("KAlgebra", "C-01"))]
 """The demo batch of ``--models replay``: the bundled tasks examples/replays/ has recordings for
-(``demo.<role>.json`` answers all of them)."""
+(``demo.<role>.json`` answers all of them), but GRASS GIS A-03, whose stand-in data sets a
+machine may not have built."""
 TINY_DEMO_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.json"
                    for app, name in (("TeXstudio", "B-01"), ("TeXstudio", "C-02"),
                                      ("KAlgebra", "A-01"))]

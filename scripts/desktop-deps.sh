@@ -4,8 +4,17 @@
 # KAlgebra, GRASS GIS) and LaTeX for TeXstudio's compile checker. Installs what is missing when
 # running as root or with passwordless sudo; otherwise prints one line and changes nothing (the
 # desktop tests then skip locally, and fail under CI=true). Quick when nothing is missing.
+# Then GRASS GIS's stand-in data sets (worker/providers/image/grassdata.py, built from GRASS's
+# own packaged data into ~/.cache/coda/grassdata, or $CODA_GRASSDATA; about a minute, once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+grass_data() {
+  if command -v grass >/dev/null 2>&1 && [ -x /usr/bin/python3 ]; then
+    /usr/bin/python3 worker/providers/image/grassdata.py
+  fi
+}
+trap grass_data EXIT
 
 missing=()
 while read -r line; do

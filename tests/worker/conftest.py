@@ -37,7 +37,8 @@ def desktop(provider: LocalProvider) -> LocalDesktop:
 def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
                     ) -> Iterator[tuple[str, str]]:
     """Planner and executor services answering from the recorded outputs of the demo tasks
-    (TeXstudio C-02, KAlgebra C-01), as ``coda up --models replay`` serves them."""
+    (TeXstudio C-02, KAlgebra C-01, GRASS GIS A-03), as ``coda up --models replay`` serves
+    them."""
     work = tmp_path_factory.mktemp("replay-services")
     planner = ServiceProcess.of("planner", planner_settings(
         REPLAYS / "demo.planner.json", service_store, work, backend="replay"),

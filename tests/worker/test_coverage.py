@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from worker.providers.image import grassdata
 from worker.tasks.coverage import coverage, local_blocker
 from worker.tasks.coverage_cli import app
 
@@ -16,7 +18,15 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cove
 
 def installed(program: str) -> str | None:
     return f"/usr/bin/{program}" if program in {"kalgebra", "calgebra", "dbus-daemon",
-                                                "texstudio", "pdflatex", "bibtex"} else None
+                                                "texstudio", "pdflatex", "bibtex", "grass",
+                                                "xterm"} else None
+
+
+@pytest.fixture(autouse=True)
+def grass_data_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local image as the desktop set-up leaves it: GRASS GIS's stand-in data sets built
+    (whether this machine built them is not what these tests are about)."""
+    monkeypatch.setattr(grassdata, "is_built", lambda _: True)
 
 
 def test_kalgebra_reaches_the_target_with_the_reasons_for_the_rest() -> None:
@@ -26,10 +36,22 @@ def test_kalgebra_reaches_the_target_with_the_reasons_for_the_rest() -> None:
     assert kalgebra.runnable >= 25
     assert sorted(n for names in kalgebra.reasons.values() for n in names) == [
         "VM/KAlgebra/A-01", "VM/KAlgebra/B-04"]
-    assert report.total.tasks == sum(a.tasks for a in report.apps) == 102
+    assert report.total.tasks == sum(a.tasks for a in report.apps) == 136
     assert report.total.runnable == sum(a.runnable for a in report.apps)
     chimerax = next(a for a in report.apps if a.app == "ChimeraX")
     assert chimerax.runnable == 0 and "not in Debian" in next(iter(chimerax.reasons))
+
+
+def test_grass_reaches_the_target_with_the_reasons_for_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    report = coverage(TASKS / "VM" / "GrassGIS", which=installed)
+    (grass,) = report.apps
+    assert (grass.tasks, grass.loaded, grass.implemented, grass.runnable) == (34, 34, 34, 25)
+    left = sorted(n for names in grass.reasons.values() for n in names)
+    assert left == ["B-10", "B-12"] + [f"C-0{i}" for i in range(1, 8)]
+    monkeypatch.setattr(grassdata, "is_built", lambda _: False)
+    (grass,) = coverage(TASKS / "VM" / "GrassGIS", which=installed).apps
+    assert grass.runnable == 0 and "scripts/desktop-deps.sh" in next(iter(grass.reasons))
 
 
 def test_a_missing_program_is_the_reason() -> None:
@@ -63,12 +85,12 @@ def test_cli_prints_the_table_and_json(tmp_path: Path) -> None:
     out = runner.invoke(app, [str(TASKS), "--provider", "local", "--json", "-"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    assert data["provider"] == "local" and data["total"]["tasks"] == 102
+    assert data["provider"] == "local" and data["total"]["tasks"] == 136
     target = tmp_path / "c.json"
     out = runner.invoke(app, [str(TASKS), "--json", str(target)])
     assert out.exit_code == 0, out.output
     assert "real verdict here" in out.output and "KAlgebra" in out.output
-    assert json.loads(target.read_text())["total"]["tasks"] == 102
+    assert json.loads(target.read_text())["total"]["tasks"] == 136
     bad = runner.invoke(app, [str(tmp_path / "nowhere")])
     assert bad.exit_code != 0
 

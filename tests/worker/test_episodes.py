@@ -20,16 +20,20 @@ from typing import Any
 
 import pytest
 
+from coda.logging import get_logger
 from tests.fixtures.master import EXAMPLES, MasterProcess
 from tests.fixtures.services import RunningService
+from worker.providers.image import grassdata
 
 from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
 
 pytestmark = pytest.mark.slow
+log = get_logger(__name__)
 
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
 KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
+GRASS_A03 = json.loads((EXAMPLES / "VM" / "GrassGIS" / "A-03.json").read_text())
 EPISODE_TIMEOUT = 240.0
 
 
@@ -114,6 +118,20 @@ def _c02_episode(wmaster: MasterProcess, replay_services: tuple[str, str],
 # ---------------------------------------------------------------------------- replay backend
 
 
+def _group_job(rest: Rest, episode_id: str, worker: WorkerProcess) -> None:
+    """A group job on the episode's first step (8 plans sampled and scored), done."""
+    job = rest.post("/v1/jobs", {"kind": "group", "payload": {
+        "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
+    wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120, worker)
+
+
+def _assert_right_and_wrong_plans(rest: Rest) -> None:
+    """The one group leased scores the recorded right plan 1 and the wrong one less."""
+    [item] = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
+    rewards = sorted(c["reward"] for c in item["group"]["candidates"])
+    assert rewards[-4:] == [1.0] * 4 and rewards[0] < 1.0
+
+
 def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
@@ -122,10 +140,7 @@ def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
         ep = _wait_episode(rest, episode_id, worker)
         _assert_c02_solved(ep, attempt=1)
         (tmp_path / "episode.json").write_text(json.dumps(ep, indent=1))
-        job = rest.post("/v1/jobs", {"kind": "group", "payload": {
-            "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
-        wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
-                 worker)
+        _group_job(rest, episode_id, worker)
     groups = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
     assert len(groups) == 1
     group = groups[0]["group"]
@@ -136,28 +151,51 @@ def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
     assert all(c["plan"].startswith("Thought:") for c in group["candidates"])
 
 
+def _solved_with_plans_scored(wmaster: MasterProcess, replay_services: tuple[str, str],
+                              judge_service: RunningService, task: dict[str, Any],
+                              log_path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """``task`` solved by a worker on the replay services (its own checker passes), then a
+    group job on its first step scoring the recorded right plan and the wrong one; the
+    episode's id and steps."""
+    rest = Rest(wmaster)
+    episode_id = rest.submit([task], judge="never")["episode_ids"][0]
+    planner_url, executor_url = replay_services
+    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
+    with running_worker(env, log_path) as worker:
+        ep = _wait_episode(rest, episode_id, worker)
+        summary = [(s["index"], s["action"], s["outcome"], s["error"]) for s in ep["steps"]]
+        assert ep["success"] is True, (summary, ep)
+        _group_job(rest, episode_id, worker)
+    _assert_right_and_wrong_plans(rest)
+    return episode_id, ep["steps"]
+
+
 def test_replay_solves_a_kalgebra_task_checked_on_the_real_kalgebra(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
     """KAlgebra C-01 (log_2(3) into p): the recorded plan types the assignment into the real
     KAlgebra's console; the task's own checker reads p from KAlgebra's Variables panel."""
-    rest = Rest(wmaster)
-    episode_id = rest.submit([KALGEBRA_C01], judge="never")["episode_ids"][0]
-    planner_url, executor_url = replay_services
-    env = worker_env(wmaster, planner_url, executor_url, judge_service.url)
-    with running_worker(env, tmp_path / "worker.log") as worker:
-        ep = _wait_episode(rest, episode_id, worker)
-        summary = [(s["index"], (s["action"] or {}).get("type"), s["outcome"], s["error"])
-                   for s in ep["steps"]]
-        assert ep["success"] is True, (summary, ep)
-        assert [s["action"]["type"] for s in ep["steps"]] == ["type", "done"], summary
-        job = rest.post("/v1/jobs", {"kind": "group", "payload": {
-            "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
-        wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
-                 worker)
-    [item] = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
-    rewards = sorted(c["reward"] for c in item["group"]["candidates"])
-    assert rewards[-4:] == [1.0] * 4 and rewards[0] < 1.0  # the right plan and the wrong one
+    _, steps = _solved_with_plans_scored(wmaster, replay_services, judge_service,
+                                         KALGEBRA_C01, tmp_path / "worker.log")
+    assert [s["action"]["type"] for s in steps] == ["type", "done"], steps
+
+
+def test_replay_solves_a_grass_task_checked_on_the_real_grass(
+        wmaster: MasterProcess, replay_services: tuple[str, str],
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    """GRASS GIS A-03 (hide Map Display 1's toolbar): the worker sets the task up on Debian's
+    GRASS (stand-in data sets, the GUI with the project's state reader), the recorded plan
+    right-clicks the map window and clicks Hide toolbars in its context menu, and the task's
+    own checker reads the GUI's toolbars through the guest agent."""
+    if not grassdata.is_built(grassdata.default_dest()):
+        pytest.fail("GRASS GIS's stand-in data sets are not built: run scripts/desktop-deps.sh")
+    episode_id, steps = _solved_with_plans_scored(wmaster, replay_services, judge_service,
+                                                  GRASS_A03, tmp_path / "worker.log")
+    actions = [s["action"] for s in steps]
+    assert [a["type"] for a in actions] == ["right_click", "click", "done"], steps
+    assert (actions[0]["x"], actions[0]["y"], actions[1]["x"], actions[1]["y"]) == (
+        867, 314, 945, 356)  # the map window's middle, then Hide toolbars in its menu
+    log.info("replay.grass", episode_id=episode_id)
 
 
 # ---------------------------------------------------------------------------- faults

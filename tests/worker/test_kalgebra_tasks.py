@@ -111,3 +111,32 @@ def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) ->
     outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
     assert outcome.verdict is Verdict.UNDECIDED, outcome
     assert outcome.results[0].status is CheckStatus.UNAVAILABLE
+
+
+# (task, what is typed, the Variables panel's text, verdict): Debian's KAlgebra keeps a value
+# exact where it can, so its panel shows these as expressions (their numbers to 12 significant
+# digits), not numbers
+EXPRESSIONS = [
+    # C-01's val (p = log_2(3) = 1.58496250072): Analitza calculates the shown expression
+    ("C-01", "p:=-sqrt(3)+3.31701330829003", "-sqrt(3)+3.31701330829", Verdict.SUCCESS),
+    ("C-01", "p:=-sqrt(2)+3.31701330829003", "-sqrt(2)+3.31701330829", Verdict.FAILURE),
+    # A-01's var (p = 1+-i, Analitza's text of 1-i)
+    ("A-01", "p:=sqrt(1)-i", "sqrt(1)-i", Verdict.SUCCESS),
+    ("A-01", "p:=sqrt(1)+i", "sqrt(1)+i", Verdict.FAILURE),
+]
+
+
+@pytest.mark.parametrize(("name", "typed", "shown", "verdict"), EXPRESSIONS)
+def test_a_value_the_panel_shows_as_an_expression_is_calculated(
+        desktop: LocalDesktop, name: str, typed: str, shown: str, verdict: Verdict) -> None:
+    """Typed into the real KAlgebra's console, the value stays exact and the Variables panel
+    shows an expression; the checker compares the value Analitza (``calgebra`` in the slot)
+    calculates from it, as the application's value is meant: right passes, wrong fails."""
+    task = load_task_file(TASKS / f"{name}.json")
+    desktop.reset()
+    ctx = TaskContext.for_desktop(desktop, task)
+    assert run_setup(ctx).ok
+    end = console(typed, variable="p")(desktop, ctx)
+    assert kdesktop.variables(ctx)["p"] == shown  # an expression, not a number
+    outcome = run_checkers(ctx, end)
+    assert outcome.verdict is verdict, outcome

@@ -123,13 +123,19 @@ def test_task_lambdas_from_the_bundled_chimerax_tasks_compile() -> None:
     assert key("a.b.c") == "a.b._name"
     assert len(compile_lambda("lambda: __import__('datetime').datetime.today()"
                               ".strftime('%Y-%m-%d')")()) == 10
+    # GRASS GIS's checkers: list comprehensions, any/all/abs, - and %
+    names = compile_lambda("lambda dump: [w['name'] for w in dump['windows'] if w['on']]")
+    assert names({"windows": [{"name": "a", "on": True}, {"name": "b", "on": False}]}) == ["a"]
+    assert compile_lambda("lambda k, v: abs((k % 360) - v) < 0.1")(385.05, 25) is True
 
 
 @pytest.mark.parametrize("source", [
     "lambda: __import__('os').system('true')",
     "lambda k: k.__class__",
     "lambda k: open('/etc/passwd')",
-    "lambda k: [x for x in k]",
+    "lambda k: (x for x in k)",
+    "lambda k: [x.__class__ for x in k]",
+    "lambda k: {x: 1 for x in k}",
     "print('not a lambda')",
 ])
 def test_task_lambdas_cannot_escape(source: str) -> None:

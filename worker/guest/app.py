@@ -12,7 +12,7 @@ from Xlib.error import DisplayError as XDisplayError
 
 from coda.service import create_service_app
 from worker import __version__
-from worker.guest import routes_coda, routes_osworld, routes_scienceboard
+from worker.guest import routes_coda, routes_grass, routes_osworld, routes_scienceboard
 from worker.guest.capture import keep_large_buffers
 from worker.guest.responses import AUTHENTICATED
 from worker.guest.settings import GuestSettings
@@ -49,6 +49,7 @@ def create_app(settings: GuestSettings) -> FastAPI:
         app.add_exception_handler(error, _display_gone)
     app.include_router(routes_coda.health_router)
     auth = [Depends(require_token)]
-    for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router):
+    for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router,
+                   routes_grass.router):
         app.include_router(router, dependencies=auth, responses=AUTHENTICATED)
     return app

@@ -28,7 +28,7 @@ DESCRIPTIONS = {
     400: "a field that cannot be used", 404: "no such file, directory or window",
     500: "the command could not run (OSWorld's clients expect a 500 here)",
     502: "the remote end failed (a download, ChimeraX)", 503: "the display or a tool is "
-    "not available", 504: "the accessibility tree took too long",
+    "not available", 504: "the accessibility tree or the application took too long",
 }
 TEXT: dict[str, Any] = {"text/plain": {"schema": {"type": "string"}}}
 

@@ -93,6 +93,7 @@ def run_checkers(ctx: TaskContext, end: EpisodeEnd) -> CheckOutcome:
     """Every checker of the task (stop items first, as ScienceBoard evaluates them)."""
     items = [e.model_dump() for e in ctx.task.evaluators]
     items.sort(key=lambda i: i.get("type") != "stop")
-    ctx.scratch.pop("chimerax_states", None)  # a fresh state dump per evaluation
+    for dump in ("chimerax_states", "grass_dump", "kalgebra_state"):  # fresh per evaluation
+        ctx.scratch.pop(dump, None)
     results = [run_item(ctx, item, end) for item in items]
     return CheckOutcome(verdict=combine(results), results=results)

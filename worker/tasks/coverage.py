@@ -6,8 +6,11 @@ reason for each one that cannot.
 The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's files and
 ``/tex/check``; KAlgebra's accessibility tree and ``calgebra`` except a curve's colour and a
 number variable compared with non-number text (a complex value: the panel shows its real part);
-ChimeraX, Lean and the other applications need ScienceBoard's images (ChimeraX and Celestia are
-not in Debian, GRASS's tasks need data sets and a patched GUI, Lean needs their Lean project).
+GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
+except tasks whose expected values are facts of ScienceBoard's real data sets
+(:func:`worker.tasks.adapters.grass.data_blocker`); ChimeraX, Lean and the other applications
+need ScienceBoard's images (ChimeraX and Celestia are not in Debian, Lean needs their Lean
+project).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
-from worker.providers.image import SCIENCEBOARD_IMAGE
+from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.tasks.adapters import app_checker, app_step
+from worker.tasks.adapters.grass import FALLBACK_TERMINAL, GRASS, TERMINAL, data_blocker
 from worker.tasks.checkers import GENERIC_CHECKERS
 from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
 
@@ -30,11 +34,11 @@ BUILTIN_CHECKERS = frozenset({"stop", "osworld"})
 LOCAL_NEEDS: dict[str, tuple[str, ...]] = {
     "kalgebra": ("kalgebra", "calgebra", "dbus-daemon", "/usr/bin/python3"),
     "texstudio": ("texstudio", "pdflatex", "bibtex"),
+    "grassgis": ("grass", "xterm", "/usr/bin/python3"),
 }
 LOCAL_ABSENT: dict[str, str] = {
     "chimerax": "ChimeraX is not in Debian: its tasks need ScienceBoard's image",
     "celestia": "Celestia is not in Debian: its tasks need ScienceBoard's image",
-    "grass": "GRASS GIS tasks need ScienceBoard's data sets and patched GUI",
     "lean": "Lean tasks need ScienceBoard's Lean project (their image)",
 }
 
@@ -79,6 +83,16 @@ def _kalgebra_unreadable(item: dict[str, Any]) -> str | None:
 UNREADABLE: dict[str, Callable[[dict[str, Any]], str | None]] = {"kalgebra": _kalgebra_unreadable}
 
 
+def _grass_blocker(task: TaskSpec) -> str | None:
+    if not grassdata.is_built(SCIENCEBOARD_IMAGE.grassdata or grassdata.default_dest()):
+        return ("GRASS GIS's stand-in data sets are not built here, or are stale (built by "
+                "another grassdata.py): run scripts/desktop-deps.sh")
+    return data_blocker(task)
+
+
+TASK_RULES: dict[str, Callable[[TaskSpec], str | None]] = {"grassgis": _grass_blocker}
+
+
 def _missing_programs(app: str, which: Callable[[str], str | None]) -> list[str]:
     return [p for p in LOCAL_NEEDS.get(app, ()) if which(p) is None and not Path(p).exists()]
 
@@ -93,6 +107,8 @@ def launched_programs(task: TaskSpec) -> list[str]:
             continue
         for old, new in SCIENCEBOARD_IMAGE.command_rewrites:
             command = command.replace(old, new)
+        if task.app.lower() == GRASS.name.lower():  # its launch step's terminal fallback
+            command = command.replace(TERMINAL, FALLBACK_TERMINAL)
         words = [w for w in command.split() if "=" not in w.split("/")[0]]
         if words:
             out.append(words[0])
@@ -114,6 +130,10 @@ def local_blocker(task: TaskSpec, which: Callable[[str], str | None] = shutil.wh
     for program in launched_programs(task):
         if which(program) is None:
             return f"its setup launches {program}, which is not on the local image"
+    task_rule = TASK_RULES.get(app)
+    reason = task_rule(task) if task_rule is not None else None
+    if reason is not None:
+        return reason
     rule = UNREADABLE.get(app)
     for ev in task.evaluators:
         reason = rule(ev.model_dump()) if rule is not None else None

@@ -10,7 +10,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda.logging import get_logger
 from worker.providers.base import GUEST_HOME
+from worker.providers.image import grassdata
+
+log = get_logger(__name__)
 
 HERE = Path(__file__).resolve().parent
 
@@ -71,6 +75,10 @@ class SlotImage:
     def rewrites(self, home: Path) -> list[tuple[str, str]]:
         return [*self.command_rewrites, (GUEST_HOME, str(home))]
 
+    grassdata: Path | None = field(default_factory=grassdata.default_dest)
+    """GRASS GIS's data sets (``grassdata.py``, built by the local desktop set-up), copied to
+    ``~/grassdata`` at every reset: what a task changed in them is gone."""
+
     def populate(self, home: Path) -> None:
         """Make ``home`` a fresh copy of the template (any previous content is removed)."""
         if home.exists():
@@ -78,6 +86,11 @@ class SlotImage:
         shutil.copytree(self.home_template, home, symlinks=True)
         for d in self.dirs:
             (home / d).mkdir(parents=True, exist_ok=True)
+        if self.grassdata is not None and grassdata.is_built(self.grassdata):
+            shutil.copytree(self.grassdata, home / "grassdata", symlinks=True)
+        elif self.grassdata is not None and (self.grassdata / grassdata.STAMP).exists():
+            log.warning("image.grassdata_stale", path=str(self.grassdata),
+                        fix="scripts/desktop-deps.sh rebuilds it")
 
 
 SCIENCEBOARD_IMAGE = SlotImage()

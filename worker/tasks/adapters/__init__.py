@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from worker.tasks.adapters.base import AppAdapter, CheckHandler, StepHandler
 from worker.tasks.adapters.chimerax import CHIMERAX
+from worker.tasks.adapters.grass import GRASS
 from worker.tasks.adapters.kalgebra import KALGEBRA
 from worker.tasks.adapters.lean import LEAN
 from worker.tasks.adapters.texstudio import TEXSTUDIO
 
-ADAPTERS: dict[str, AppAdapter] = {a.name.lower(): a for a in (CHIMERAX, KALGEBRA, LEAN,
-                                                                 TEXSTUDIO)}
+ADAPTERS: dict[str, AppAdapter] = {a.name.lower(): a for a in (CHIMERAX, GRASS, KALGEBRA,
+                                                                 LEAN, TEXSTUDIO)}
 
 
 def adapter_for(app: str) -> AppAdapter | None:

@@ -7,10 +7,13 @@
   patched ``/app/bin/kalgebra``.
 
 Checker meaning (ScienceBoard ``sci/KAlgebra/task.py``): ``val`` passes when the variable's
-value (its text read as a number) is within 1e-6 of the expected number, a missing or
+value (its text read as a number; on Debian's KAlgebra an exact value the panel shows as an
+expression is calculated by Analitza first) is within 1e-6 of the expected number, a missing or
 non-number variable fails; ``var`` compares the variable's text exactly (``#UNDEF``: the
-variable must not exist); ``eqn`` passes when one plot answers every expected key (see
-:mod:`.points`), ``#SIZE`` compares the number of 2D plots.
+variable must not exist; on Debian's KAlgebra the text of the value Analitza calculates from
+an expression the panel shows, as ScienceBoard's patched KAlgebra reports the value); ``eqn``
+passes when one plot answers every expected key (see :mod:`.points`), ``#SIZE`` compares the
+number of 2D plots.
 """
 
 from __future__ import annotations
@@ -73,10 +76,21 @@ def check_val(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
     if key not in variables:
         return _result("val", False, f"variable {key} is not defined")
     try:
-        ok = abs(float(variables[key]) - float(item["value"])) <= VAL_TOLERANCE
+        ok = abs(_number(ctx, variables[key]) - float(item["value"])) <= VAL_TOLERANCE
     except (TypeError, ValueError):
         ok = False
     return _result("val", ok, f"{key} = {variables[key]} (expected {item['value']})")
+
+
+def _number(ctx: TaskContext, value: Any) -> float:
+    """The variable's value as a number: its text, or (Debian's KAlgebra shows an exact value
+    as an expression) what Analitza calculates from that expression."""
+    try:
+        return float(value)
+    except ValueError:
+        if not _desktop(ctx):
+            raise
+        return desktop.value_of(ctx, str(value))
 
 
 def check_var(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:

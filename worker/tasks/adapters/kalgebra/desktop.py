@@ -48,6 +48,7 @@ HELPER_TIMEOUT_S = 60.0
 VIEW_SETTLE_S = 1.0
 VIEW_TIMEOUT_S = 30.0
 A11Y_ENV = "QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 QT_ACCESSIBILITY=1"
+SQRT = "sqrt:=x->root(x, 2)"
 
 
 class Unreadable(RuntimeError):
@@ -174,10 +175,15 @@ def number_text(value: float) -> str:
 
 
 def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
-    """The variable's text as Analitza writes it, None when it is not defined."""
+    """The variable's text as Analitza writes its value, None when it is not defined: a value
+    the panel shows as an expression (KAlgebra keeps exact values: ``sqrt(1)-i``) is
+    calculated by Analitza first (``1+-i``), as the application's value is meant."""
     shown = variables(ctx).get(key)
-    if shown is None or not is_number(shown):
-        return shown
+    if shown is None:
+        return None
+    if not is_number(shown):
+        result = calculated(ctx, shown)
+        return shown if result.startswith("Error:") else result
     if not is_number(expected):
         raise CheckError(CheckStatus.UNAVAILABLE,
                          f"{key} is a number in the Variables panel, which shows only a number's "
@@ -185,21 +191,41 @@ def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
     return number_text(float(shown))
 
 
-def calculate(ctx: TaskContext, blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
-    """Analitza's results (text) of ``calls`` with ``f`` bound to each block's definition and
-    the calculator's variables defined, through ``calgebra`` in the guest."""
-    lines = [f"{name}:={value}" for name, value in variables(ctx).items()
-             if name not in points.UNASSIGNABLE]
-    for definition, calls in blocks:
-        lines.append(f"f:={definition}")
-        lines.extend(calls)
+def calculated(ctx: TaskContext, text: str) -> str:
+    """Analitza's result text of an expression the Variables panel shows (KAlgebra keeps values
+    exact where it can: ``-sqrt(3)+2.88449914061``), through ``calgebra`` in the guest; an
+    error is ``Error:`` and its reasons."""
+    lines = [SQRT, text]  # the panel writes Analitza's root(x, 2) as sqrt(x)
+    return _session(ctx, lines)[-1]
+
+
+def value_of(ctx: TaskContext, text: str) -> float:
+    """The number Analitza calculates from a value the Variables panel shows as an expression;
+    ValueError when it is not a real number."""
+    return float(calculated(ctx, text))
+
+
+def _session(ctx: TaskContext, lines: list[str]) -> list[str]:
+    """Analitza's result text for each line, in one ``calgebra`` session in the guest."""
     path = ctx.rw(CALC_PATH)
     ctx.guest.upload(path, ("\n".join(lines) + "\n").encode())
     out = ctx.guest.execute(f"calgebra --calculate < {shlex.quote(path)}", shell=True,
                             timeout=120)
     if out.get("returncode") not in (0, None):
         raise CheckError(CheckStatus.UNAVAILABLE, f"calgebra failed: {out.get('error')}")
-    results = parse_session(str(out.get("error", "")), lines)
+    return parse_session(str(out.get("error", "")), lines)
+
+
+def calculate(ctx: TaskContext, blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """Analitza's results (text) of ``calls`` with ``f`` bound to each block's definition and
+    the calculator's variables defined, through ``calgebra`` in the guest (``sqrt`` defined
+    first: the panels write Analitza's root(x, 2) as sqrt(x), which calgebra does not know)."""
+    lines = [SQRT] + [f"{name}:={value}" for name, value in variables(ctx).items()
+                      if name not in points.UNASSIGNABLE]
+    for definition, calls in blocks:
+        lines.append(f"f:={definition}")
+        lines.extend(calls)
+    results = _session(ctx, lines)
     answers: list[list[str]] = []
     index = len(lines) - sum(1 + len(c) for _, c in blocks)
     for _, calls in blocks:
