@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Hotkey, Press, TypeText
-from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, Verdict
+from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
@@ -94,7 +94,7 @@ def _run(desktop: LocalDesktop, name: str, solution: Solution) -> CheckOutcome:
 def test_kalgebra_task_solved_on_the_real_kalgebra(desktop: LocalDesktop, name: str) -> None:
     types, right, _ = CASES[name]
     outcome = _run(desktop, name, right)
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert [r.type for r in outcome.results] == types
 
 
@@ -102,12 +102,12 @@ def test_kalgebra_task_solved_on_the_real_kalgebra(desktop: LocalDesktop, name: 
 def test_kalgebra_task_with_a_wrong_solution_fails(desktop: LocalDesktop, name: str) -> None:
     _, _, wrong = CASES[name]
     outcome = _run(desktop, name, wrong)
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert any(r.status is CheckStatus.FAIL for r in outcome.results)
 
 
 def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) -> None:
     """A-01 wants p = ``1+-i``: the Variables panel shows a number's real part only."""
     outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
-    assert outcome.verdict is Verdict.UNDECIDED, outcome
+    assert outcome.verdict is CheckVerdict.UNDECIDED, outcome
     assert outcome.results[0].status is CheckStatus.UNAVAILABLE
