@@ -8,7 +8,7 @@ seed, adapter names, screenshot keys. Strings refuse NUL characters and lone sur
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -210,8 +210,3 @@ class InstructionCheck(BaseModel):
     @property
     def ok(self) -> bool:
         return self.parsed and self.clear and self.executable and self.judgeable
-
-
-class Health(BaseModel):
-    status: str = "ok"
-    detail: dict[str, Any] = Field(default_factory=dict)

@@ -166,6 +166,11 @@ class GroupRecord(BaseModel):
     lease_expires_at: datetime | None = None
 
 
+METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,100}$"
+MAX_METRICS = 64
+MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
+
+
 class ModelRole(StrEnum):
     PLANNER = "planner"
     EXECUTOR = "executor"
@@ -181,7 +186,7 @@ class ModelVersionCreate(BaseModel):
     adapter_uri: str | None = Field(default=None, description="fsspec URL of a LoRA adapter")
     parent: str | None = Field(default=None, max_length=200)  # master: varchar(200)
     make_current: bool = True
-    metrics: dict[str, Finite] = Field(default_factory=dict)
+    metrics: dict[MetricName, Finite] = Field(default_factory=dict, max_length=MAX_METRICS)
 
 
 class ModelVersion(BaseModel):
@@ -195,9 +200,6 @@ class ModelVersion(BaseModel):
     created_at: datetime
 
 
-METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,100}$"
-MAX_METRICS = 64
-MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
 
 
 class TrainingMetricsReport(BaseModel):
