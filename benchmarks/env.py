@@ -183,7 +183,7 @@ def _open_document(desktop: Desktop, home: Path | str) -> None:
     guest.upload(path, text.encode())
     guest.launch(["texstudio", path])
     deadline = time.monotonic() + 60
-    while not any("main.tex" in w["title"] for w in guest.windows() or []):
+    while not any("main.tex" in w.title for w in guest.windows() or []):
         if time.monotonic() > deadline:
             raise RuntimeError("TeXstudio did not open the document")
         time.sleep(0.05)

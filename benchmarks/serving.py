@@ -37,6 +37,7 @@ from typing import Any
 
 from coda.actions import Click
 from coda.artifacts import ArtifactStore
+from coda.contracts.history import HistoryStep, ImageRef
 from coda.contracts.training import Candidate, Group, StateRef
 from coda.inference.base import ChatBackend, GenerateOptions
 from coda.logging import configure_logging, get_logger
@@ -110,9 +111,9 @@ def make_state(store_dir: Path, size: tuple[int, int]) -> StateRef:
     before = store.put(png(size, (20, 90, 200)), "image/png")
     return StateRef(step_index=1, instruction=INSTRUCTION, app="kalgebra", screenshot=now,
                     previous_screenshot=before, screen_width=size[0], screen_height=size[1],
-                    history=[{"thought": "Thought: open the menu\nAction: click File",
-                              "action_text": "click(start_box='(20,10)')",
-                              "screenshot": before}])
+                    history=[HistoryStep(thought="Thought: open the menu\nAction: click File",
+                                         action_text="click(start_box='(20,10)')",
+                                         screenshot=ImageRef(ref=before))])
 
 
 # --- log-prob parity ------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def build_group(artifacts: Path, screen: tuple[int, int], g: int, plan_tokens: i
                 tokenizer: Any) -> Any:
     from coda.actions import Click
     from coda.artifacts import ArtifactStore
+    from coda.contracts.history import HistoryStep, ImageRef
     from coda.contracts.training import Candidate, Group, StateRef
 
     store = ArtifactStore(f"file://{artifacts}")
@@ -74,8 +75,8 @@ def build_group(artifacts: Path, screen: tuple[int, int], g: int, plan_tokens: i
     state = StateRef(step_index=1, instruction="Save the open document as report.tex in the "
                      "home folder", app="texstudio", screenshot=current,
                      previous_screenshot=previous, screen_width=screen[0], screen_height=screen[1],
-                     history=[{"thought": "Thought: The editor is open.\nAction: click",
-                               "screenshot": previous}])
+                     history=[HistoryStep(thought="Thought: The editor is open.\nAction: click",
+                                          screenshot=ImageRef(ref=previous))])
     return Group(state=state, target=Click(x=34, y=12), candidates=cands)
 
 

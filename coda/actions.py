@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from coda.bounds import Coordinate
 
 
 class ActionType(StrEnum):
@@ -30,13 +32,19 @@ class ActionType(StrEnum):
     ANSWER = "answer"
 
 
+def _type_required(schema: dict[str, Any]) -> None:
+    """The documented schema says what validation does: an action names its ``type`` (the
+    union's discriminator), although the model fills it in when built in Python."""
+    schema["required"] = [*schema.get("required", []), "type"]
+
+
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_type_required)
 
 
 class _Point(_Base):
-    x: int = Field(ge=0, description="screen pixel, from the left")
-    y: int = Field(ge=0, description="screen pixel, from the top")
+    x: Coordinate = Field(description="screen pixel, from the left")
+    y: Coordinate = Field(description="screen pixel, from the top")
 
 
 class Click(_Point):
@@ -57,16 +65,16 @@ class Move(_Point):
 
 class Drag(_Base):
     type: Literal[ActionType.DRAG] = ActionType.DRAG
-    x1: int = Field(ge=0)
-    y1: int = Field(ge=0)
-    x2: int = Field(ge=0)
-    y2: int = Field(ge=0)
+    x1: Coordinate
+    y1: Coordinate
+    x2: Coordinate
+    y2: Coordinate
 
 
 class Scroll(_Base):
     type: Literal[ActionType.SCROLL] = ActionType.SCROLL
-    x: int | None = Field(default=None, ge=0)
-    y: int | None = Field(default=None, ge=0)
+    x: Coordinate | None = None
+    y: Coordinate | None = None
     direction: Literal["up", "down", "left", "right"]
     amount: int = Field(default=5, ge=1, le=100, description="wheel clicks")
 

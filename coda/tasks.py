@@ -23,6 +23,8 @@ from pydantic import (
     field_validator,
 )
 
+from coda.bounds import WaitSeconds
+
 DEFAULT_STEP_BUDGET = 15
 
 
@@ -37,7 +39,7 @@ class SetupStep(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     func: str = Field(min_length=1, description="launch, execute, open, download, tab, ...")
-    wait: float | None = Field(default=None, ge=0, description="seconds to wait afterwards")
+    wait: WaitSeconds | None = Field(default=None, description="seconds to wait afterwards")
 
 
 class EvaluatorSpec(BaseModel):

@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from coda.bounds import MAX_STEP_INDEX
 from coda.contracts.training import Vote
 
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False}
@@ -50,7 +51,7 @@ def _as_step(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 1 else None
+        return value if 1 <= value <= MAX_STEP_INDEX + 1 else None
     if isinstance(value, str) and value.strip().isdigit():
         return _as_step(int(value.strip()))
     return None

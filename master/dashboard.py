@@ -18,6 +18,6 @@ async def replay(conn: Conn, episode_id: uuid.UUID) -> EpisodeReplay:
     episode = await episode_rows.get(conn, episode_id, with_steps=True)
     rows = await group_rows.rewards_of_episode(conn, episode_id)
     return EpisodeReplay(episode=episode, rewards=[
-        StepReward(step_index=r["idx"], status=r["status"], reason=r["reason"],
+        StepReward(step_index=int(r["idx"]), status=r["status"], reason=r["reason"],
                    candidates=r["n"], reward_mean=round(r["mean"] or 0.0, 4),
                    reward_max=r["mx"] or 0.0) for r in rows])

@@ -14,13 +14,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TypeVar
 
 import asyncpg
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from coda.contracts.master_api import GroupJobResult, JudgeJobPayload, JudgeJobResult
-from coda.contracts.records import EpisodeResult, Job, JobKind, JobStatus, Step
+from coda.contracts.jobs import (
+    EpisodeResult,
+    GroupJobPayload,
+    GroupJobResult,
+    Job,
+    JobResult,
+    JudgeJobPayload,
+)
+from coda.contracts.records import JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master import lifecycle
 from master.clock import Clock, ms
@@ -33,7 +39,7 @@ from master.repos.jobs import NewJob, new_token
 
 log = get_logger("coda.master.jobs")
 
-M = TypeVar("M", bound=BaseModel)
+LEASED_JOB: TypeAdapter[Job] = TypeAdapter(Job)
 
 
 async def publish(pg: asyncpg.Pool, queue: RedisQueue, job_ids: Iterable[uuid.UUID]) -> None:
@@ -75,9 +81,31 @@ async def lease(
     granted = {str(r["id"]) for r in rows}
     for stray in set(ids) - granted:  # cancelled or finished meanwhile: drop the Redis lease
         await queue.release(stray, token_of[stray])
-    return [Job(id=r["id"], kind=JobKind(r["kind"]), lease_token=r["lease_token"],
-                lease_expires_at=expires, attempt=r["attempts"], max_attempts=r["max_attempts"],
-                payload=r["payload"]) for r in rows]
+    leased, unfit = [], []
+    for r in rows:
+        try:
+            leased.append(LEASED_JOB.validate_python({
+                "id": r["id"], "kind": r["kind"], "lease_token": r["lease_token"],
+                "lease_expires_at": expires, "attempt": r["attempts"],
+                "max_attempts": r["max_attempts"], "payload": r["payload"]}))
+        except ValidationError as exc:
+            unfit.append((r, exc))
+    for row, error in unfit:
+        await _fail_unfit(pg, queue, row, error)
+    return leased
+
+
+async def _fail_unfit(pg: asyncpg.Pool, queue: RedisQueue, row: asyncpg.Record,
+                      exc: ValidationError) -> None:
+    """A stored payload that does not fit its kind's contract (a row written before the
+    contract said so) fails its job for good: no worker could run it."""
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                         for e in exc.errors()[:5])
+    error = f"payload: does not fit the {row['kind']} job contract ({problems})"[:10_000]
+    log.warning("queue.payload_unfit", job=str(row["id"]), kind=row["kind"], error=error)
+    async with pg.acquire() as conn, conn.transaction():
+        await job_rows.settle(conn, [row["id"]], final=True, error=error)
+    await queue.release(str(row["id"]), row["lease_token"])
 
 
 async def heartbeat(
@@ -109,52 +137,44 @@ async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: 
 
 
 async def complete(
-    pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
-    result: dict[str, Any], staleness_versions: int = 2,
+    pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str, kind: JobKind,
+    result: JobResult, staleness_versions: int = 2,
 ) -> JobKind:
-    """Finish a leased job with its result; an episode, judge or group result is validated
-    first (422 without any change when it does not fit). Its follow-ups are made in the same
-    transaction (:mod:`master.lifecycle`): an episode's judge job, a verdict's group jobs, a
-    group job's group."""
+    """Finish a leased job of ``kind`` with its result (the request's contract typed it; a
+    kind other than the job's is refused, 422 without any change). Its follow-ups are made in
+    the same transaction (:mod:`master.lifecycle`): an episode's judge job, a verdict's group
+    jobs, a group job's group."""
     follow_ups: list[uuid.UUID] = []
+    stored = result.model_dump(mode="json")
     async with pg.acquire() as conn, conn.transaction():
-        row = await job_rows.finish(conn, job_id, token, result)
+        row = await job_rows.finish(conn, job_id, token, stored)
         if row is None:
             raise await job_rows.lost(conn, job_id)
-        kind = row["kind"]
-        # an invalid result raises here, inside the transaction: nothing is changed
-        if kind == JobKind.EPISODE:
-            res = _validated(EpisodeResult, result)
-            score = res.score if res.score is not None else (
-                None if res.success is None else float(res.success))
-            await job_rows.complete_episode(conn, job_id, success=res.success, score=score,
-                                            answer=res.answer, result=result)
+        if row["kind"] != kind:  # raises inside the transaction: nothing is changed
+            raise InvalidResult([{"loc": ["body", "kind"], "type": "value_error",
+                                  "msg": f"job {job_id} is a {row['kind']} job, not {kind}"}])
+        if isinstance(result, EpisodeResult):
+            score = result.score if result.score is not None else (
+                None if result.success is None else float(result.success))
+            await job_rows.complete_episode(conn, job_id, success=result.success, score=score,
+                                            answer=result.answer, result=stored)
             follow_ups = await lifecycle.after_episode(conn, job_id)
-        elif kind == JobKind.JUDGE:
-            verdict = _validated(JudgeJobResult, result).verdict
-            payload = _validated(JudgeJobPayload, row["payload"])
+        elif isinstance(result, GroupJobResult):
+            source = GroupJobPayload.model_validate(row["payload"])  # checked at the lease
+            await lifecycle.store_group(conn, result.group, window_size=staleness_versions,
+                                        source=lifecycle.group_source(
+                                            source.episode_id, source.attempt, source.step_index))
+        else:
+            payload = JudgeJobPayload.model_validate(row["payload"])  # checked at the lease
             try:
                 _, follow_ups = await lifecycle.apply_verdict(conn, payload.episode_id,
-                                                              verdict)
+                                                              result.verdict)
             except EpisodeNotFound as exc:
                 raise InvalidResult([{"loc": ["body", "result"], "msg": str(exc),
                                       "type": "not_found"}]) from exc
-        elif kind == JobKind.GROUP:
-            group = _validated(GroupJobResult, result).group
-            await lifecycle.store_group(conn, group,
-                                        source=lifecycle.group_source_of(row["payload"]),
-                                        window_size=staleness_versions)
     await queue.release(str(job_id), token)
     await publish(pg, queue, follow_ups)
-    return JobKind(kind)
-
-
-def _validated(model: type[M], result: dict[str, Any]) -> M:
-    try:
-        return model.model_validate(result)
-    except ValidationError as exc:  # rolls the transaction back: nothing changes
-        raise InvalidResult([{"loc": ["body", "result", *e["loc"]], "msg": e["msg"],
-                              "type": e["type"]} for e in exc.errors()]) from exc
+    return kind
 
 
 async def fail(

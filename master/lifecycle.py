@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from coda.contracts.master_api import GroupJobPayload, JudgeJobPayload
+from coda.contracts.jobs import GroupJobPayload, JudgeJobPayload
 from coda.contracts.records import BatchOptions, JobKind, JudgeMode
 from coda.contracts.services_api import BASE_VERSION
 from coda.contracts.training import Group, GroupStatus, Verdict
@@ -129,8 +129,8 @@ async def apply_verdict(conn: asyncpg.Connection, episode_id: uuid.UUID,
 async def store_group(conn: asyncpg.Connection, group: Group, *, source: str | None,
                       window_size: int) -> tuple[GroupStatus, str | None] | None:
     """Store a group a group job made: ready, or dropped as stale / equal rewards (kept, so
-    the counts show). None when its source step already has a group. A group of a job made
-    by hand (no source step) is stored ready, as ``POST /v1/groups`` does."""
+    the counts show). None when its source step already has a group. A group without a
+    source step (``POST /v1/groups``) is stored ready."""
     status, reason = GroupStatus.READY, None
     if source is not None:
         newest = await version_rows.newest_names(conn, max(1, window_size))
@@ -139,12 +139,3 @@ async def store_group(conn: asyncpg.Connection, group: Group, *, source: str | N
                                     version_window(newest, window_size))
     got = await group_rows.insert(conn, group, status=status, reason=reason, source=source)
     return (status, reason) if got is not None else None
-
-
-def group_source_of(payload: dict[str, Any]) -> str | None:
-    """The source step named by a group job's payload, or None (a hand-made job)."""
-    try:
-        p = GroupJobPayload.model_validate(payload)
-    except ValueError:
-        return None
-    return group_source(p.episode_id, p.attempt, p.step_index)

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
+from coda.contracts.history import ImageRef
 from coda.contracts.training import Candidate, Group, StateRef
-from coda.imagerefs import read_ref
+from coda.imagerefs import ImageRefError, decode_b64, read_ref
 from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.inference.images import encode_data_url
 from coda.prompts.planner import PastStep, build_planner_messages
@@ -58,19 +59,17 @@ def planner_messages(state: StateRef, read: ScreenshotReader,
                      options: PromptOptions = PromptOptions()) -> list[dict[str, Any]]:
     """The OpenAI-format planner conversation of a stored state (as ``POST /v1/plan`` builds it).
 
-    ``state.history`` items are ``{thought, action_text, screenshot}``; ``thought`` is the
-    planner's own text of that step and ``screenshot`` an artifact key (or absent).
+    ``state.history`` holds the past steps as the planner request carried them: the
+    planner's own text of each step and its screenshot (an artifact key, or inline).
     """
     history = list(state.history)[-options.max_turns:] if options.max_turns else []
     first_kept = len(history) - min(options.keep_images, len(history))
     steps = []
     for i, item in enumerate(history):
-        text = item.get("thought")
-        if not isinstance(text, str):
-            raise GroupDataError(f"state.history[{i}].thought: missing or not a string")
-        shot = item.get("screenshot")
-        url = encode_data_url(read(shot)) if isinstance(shot, str) and i >= first_kept else None
-        steps.append(PastStep(text, url))
+        shot = item.screenshot
+        url = encode_data_url(_image_bytes(shot, read, i)) \
+            if shot is not None and i >= first_kept else None
+        steps.append(PastStep(item.thought, url))
     previous = None
     if state.previous_screenshot is not None and options.keep_images > 0 and history:
         previous = encode_data_url(read(state.previous_screenshot))
@@ -78,6 +77,16 @@ def planner_messages(state: StateRef, read: ScreenshotReader,
         state.instruction, steps, encode_data_url(read(state.screenshot)), previous,
         answer_mode=options.answer_mode, max_turns=options.max_turns,
         keep_images=options.keep_images)
+
+
+def _image_bytes(image: ImageRef, read: ScreenshotReader, i: int) -> bytes:
+    """The bytes of a history step's screenshot: read from the store, or decoded inline."""
+    if image.ref is not None:
+        return read(image.ref)
+    try:
+        return decode_b64(image.b64 or "", ("state", "history", i, "screenshot", "b64"))
+    except ImageRefError as exc:
+        raise GroupDataError(f"state.history[{i}].screenshot: {exc}") from exc
 
 
 def plan_token_ids(tokenizer: Any, candidate: Candidate, eos_id: int) -> list[int]:

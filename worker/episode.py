@@ -33,10 +33,8 @@ from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
 from coda.contracts.desktop import DesktopBroken, Observation, StepStatus
+from coda.contracts.jobs import EpisodeInfo, EpisodeJob, EpisodePayload, EpisodeResult
 from coda.contracts.records import (
-    EpisodePayload,
-    EpisodeResult,
-    Job,
     ScreenSize,
     Step,
     StepOutcome,
@@ -136,7 +134,7 @@ def answer_mode(payload: EpisodePayload) -> bool:
 class EpisodeRun:
     """Runs one leased episode job on one desktop."""
 
-    job: Job
+    job: EpisodeJob
     desktop: Desktop
     master: MasterClient
     planner: PlannerClient
@@ -187,7 +185,7 @@ class EpisodeRun:
                 await self.flush_report()
 
     async def _run(self) -> EpisodeResult:
-        payload = EpisodePayload.model_validate(self.job.payload)
+        payload = self.job.payload
         task = payload.task
         log.info("episode.start", job=str(self.job.id), episode=str(payload.episode_id),
                  task=task.id, app=task.app, attempt=self.job.attempt, slot=self.desktop.slot)
@@ -225,11 +223,9 @@ class EpisodeRun:
             success=outcome.success,
             score=None if outcome.success is None else float(outcome.success),
             answer=end.answer, final_screenshot=final_key, steps=len(self.steps),
-            info={"end": end.kind, "verdict": outcome.verdict.value,
-                  "checks": [r.model_dump(mode="json") for r in outcome.results],
-                  "setup": [s.model_dump(mode="json") for s in report.steps],
-                  "step_errors": errors, "slot": self.desktop.slot,
-                  "overhead_ms": [round(t.overhead(), 3) for t in self.times]})
+            info=EpisodeInfo(end=end.kind, verdict=outcome.verdict, checks=outcome.results,
+                             setup=report.steps, step_errors=errors, slot=self.desktop.slot,
+                             overhead_ms=[round(t.overhead(), 3) for t in self.times]))
 
     async def _settle(self) -> float:
         """Wait for the screen to settle, keeping the settled screen for the next step."""
@@ -311,7 +307,7 @@ class EpisodeRun:
         t.total = (time.perf_counter() - start) * 1000
         step.latency_ms = t.total
         step.timings = t.record()
-        step = Step.model_validate(storable(step.model_dump(mode="json")))
+        step = storable(step)
         self._report = asyncio.create_task(self._master(self.master.report_step(self.job, step)))
         self.steps.append(step)
         self.times.append(t)

@@ -16,13 +16,8 @@ from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
-from coda.contracts.master_api import (
-    GroupJobPayload,
-    GroupJobResult,
-    JudgeJobPayload,
-    JudgeJobResult,
-)
-from coda.contracts.records import Episode, Job, Step
+from coda.contracts.jobs import GroupJob, GroupJobResult, JudgeJob, JudgeJobResult
+from coda.contracts.records import Episode, Step
 from coda.contracts.services_api import (
     ActBatchRequest,
     HistoryStep,
@@ -61,9 +56,9 @@ def judge_steps(steps: list[Step]) -> list[JudgeStep]:
     return out
 
 
-async def run_judge(job: Job, *, master: MasterClient, judge: JudgeClient,
+async def run_judge(job: JudgeJob, *, master: MasterClient, judge: JudgeClient,
                     settings: WorkerSettings) -> JudgeJobResult:
-    payload = JudgeJobPayload.model_validate(job.payload)
+    payload = job.payload
     episode = await master.get_episode(payload.episode_id, steps=True)
     steps = judge_steps(attempt_steps(episode.steps or []))
     if not steps:
@@ -98,15 +93,14 @@ def state_of(episode: Episode, steps: list[Step], index: int,
     state = StateRef(
         episode_id=episode.id, step_index=index, instruction=_instruction(episode),
         app=episode.app, screenshot=step.screenshot, previous_screenshot=prev,
-        history=[{"thought": h.thought, "action_text": h.action_text,
-                  "screenshot": h.screenshot.ref if h.screenshot else None} for h in history],
+        history=history,
         screen_width=step.screen.width, screen_height=step.screen.height)
     return state, step, history
 
 
-async def run_group(job: Job, *, master: MasterClient, planner: PlannerClient,
+async def run_group(job: GroupJob, *, master: MasterClient, planner: PlannerClient,
                     executor: ExecutorClient, settings: WorkerSettings) -> GroupJobResult:
-    payload = GroupJobPayload.model_validate(job.payload)
+    payload = job.payload
     episode = await master.get_episode(payload.episode_id, steps=True)
     steps = attempt_steps(episode.steps or [], payload.attempt)
     state, step, history = state_of(episode, steps, payload.step_index)

@@ -4,10 +4,14 @@ use it, so a group's planner input is rebuilt exactly as the episode built it.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from coda.contracts.records import Step
 from coda.contracts.services_api import MAX_HISTORY, MAX_TEXT, HistoryStep, ImageRef
+
+M = TypeVar("M", bound=BaseModel)
 
 HISTORY_KEEP = 64
 """Past steps sent with a request (the prompt builders keep fewer; this bounds the body)."""
@@ -18,17 +22,21 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
     return text.replace("\x00", "")[:limit]
 
 
-def storable(value: Any) -> Any:
-    """JSON data with every NUL character removed from its strings and keys: model output (a
-    judge's raw vote, a sampled plan, an action's text) can hold NULs, which the master (and
-    PostgreSQL) refuse."""
+def _without_nul(value: Any) -> Any:
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [storable(v) for v in value]
+        return [_without_nul(v) for v in value]
     return value
+
+
+def storable(record: M) -> M:
+    """The record with every NUL character removed from its strings: model output (a judge's
+    raw vote, a sampled plan, an action's text) can hold NULs, which the master (and
+    PostgreSQL) refuse."""
+    return type(record).model_validate(_without_nul(record.model_dump(mode="json")))
 
 
 def history_step(step: Step) -> HistoryStep | None:

@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
 
 from coda.clients.base import ServiceError
 from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
+from coda.contracts.jobs import EpisodeJob, Job, JobResult, JudgeJob
 from coda.contracts.master_api import WorkerRegister
-from coda.contracts.records import Job, JobKind
+from coda.contracts.records import JobKind
 from coda.logging import get_logger
 from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
@@ -178,14 +178,14 @@ class Worker:
         return jobs[0] if jobs else None
 
     def _handler(self, job: Job, slot: int | None,
-                 ) -> Callable[[], Coroutine[Any, Any, BaseModel]]:
-        if job.kind is JobKind.EPISODE:
+                 ) -> Callable[[], Coroutine[Any, Any, JobResult]]:
+        if isinstance(job, EpisodeJob):
             assert slot is not None
             run = EpisodeRun(job=job, desktop=self.provider.desktop(slot), master=self.master,
                              planner=self.planner, executor=self.executor,
                              settings=self.settings, pool=self.pool)
             return run.run
-        if job.kind is JobKind.JUDGE:
+        if isinstance(job, JudgeJob):
             return lambda: run_judge(job, master=self.master, judge=self.judge,
                                      settings=self.settings)
         return lambda: run_group(job, master=self.master, planner=self.planner,
@@ -193,7 +193,7 @@ class Worker:
 
     async def _run_job(self, job: Job, slot: int | None) -> None:
         started = time.monotonic()
-        work: asyncio.Task[BaseModel] = asyncio.create_task(self._handler(job, slot)())
+        work: asyncio.Task[JobResult] = asyncio.create_task(self._handler(job, slot)())
         self.running[job.id] = work
         lost = asyncio.Event()
         beat = asyncio.create_task(self._job_heartbeats(job, work, lost))
@@ -204,7 +204,7 @@ class Worker:
                 if lost.is_set():
                     raise LeaseGone("the master took the lease back") from None
                 raise
-            await self.master.complete(job, storable(result.model_dump(mode="json")))
+            await self.master.complete(job, storable(result))
             self.completed[job.kind] += 1
             log.info("job.completed", job=str(job.id), kind=job.kind.value, attempt=job.attempt,
                      seconds=round(time.monotonic() - started, 3))

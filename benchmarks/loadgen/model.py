@@ -173,7 +173,8 @@ class Slots:
             if ok is False and await self._lost(http, base, token):
                 return "lost"
         done = await self.call(http, "complete", f"{base}/complete", {
-            "lease_token": token, "result": {"success": index % 2 == 0, "steps": index}})
+            "lease_token": token, "kind": "episode",
+            "result": {"success": index % 2 == 0, "steps": index}})
         return "lost" if done is False else "completed"
 
     async def _lost(self, http: RawHttp | HttpxHttp, base: str, token: str) -> bool:

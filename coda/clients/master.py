@@ -5,29 +5,40 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from coda.clients.base import JsonClient
+from coda.contracts.jobs import Job, JobResult
 from coda.contracts.master_api import (
     ArtifactRef,
     BatchCreate,
     BatchCreated,
     BatchList,
+    GroupAck,
+    GroupCreate,
+    GroupCreated,
+    GroupJobCreate,
     GroupLeaseRequest,
     GroupList,
-    JobCreate,
+    JobComplete,
     JobCreated,
+    JobFail,
     JobHeartbeatResponse,
     JobState,
+    JudgeJobCreate,
     LeaseRequest,
     LeaseResponse,
+    LeaseToken,
     ModelVersionList,
     StatusReport,
+    StepReport,
+    WorkerHeartbeat,
     WorkerRegister,
 )
-from coda.contracts.records import Batch, Episode, Job, JobKind, Step, Worker
+from coda.contracts.records import Batch, Episode, JobKind, JudgedTrajectoryList, Step, Worker
 from coda.contracts.training import (
     Group,
     GroupStatus,
-    JudgedTrajectoryList,
     ModelRole,
     ModelVersion,
     ModelVersionCreate,
@@ -36,6 +47,8 @@ from coda.contracts.training import (
     Verdict,
     VersionTraining,
 )
+
+JOB_COMPLETE: TypeAdapter[JobComplete] = TypeAdapter(JobComplete)
 
 
 class MasterClient(JsonClient):
@@ -65,7 +78,7 @@ class MasterClient(JsonClient):
 
     async def worker_heartbeat(self, worker_id: uuid.UUID, busy_slots: int = 0) -> Worker:
         return await self.request("POST", f"/v1/workers/{worker_id}/heartbeat",
-                                  {"busy_slots": busy_slots}, Worker)
+                                  WorkerHeartbeat(busy_slots=busy_slots), Worker)
 
     async def lease(self, worker_id: uuid.UUID, kind: JobKind = JobKind.EPISODE, *,
                     capacity: int = 1, wait_s: float = 0.0) -> list[Job]:
@@ -74,25 +87,28 @@ class MasterClient(JsonClient):
 
     async def heartbeat(self, job: Job) -> JobHeartbeatResponse:
         return await self.request("POST", f"/v1/jobs/{job.id}/heartbeat",
-                                  {"lease_token": job.lease_token}, JobHeartbeatResponse)
+                                  LeaseToken(lease_token=job.lease_token), JobHeartbeatResponse)
 
     async def report_step(self, job: Job, step: Step) -> None:
         await self.send("POST", f"/v1/jobs/{job.id}/steps",
-                        {"lease_token": job.lease_token, "step": step.model_dump(mode="json")})
+                        StepReport(lease_token=job.lease_token, step=step))
 
-    async def complete(self, job: Job, result: dict[str, Any]) -> None:
-        await self.send("POST", f"/v1/jobs/{job.id}/complete",
-                        {"lease_token": job.lease_token, "result": result})
+    async def complete(self, job: Job, result: JobResult) -> None:
+        """Finish ``job`` with the result of its kind (a result of another kind is refused
+        here, before it is sent)."""
+        body = JOB_COMPLETE.validate_python(
+            {"lease_token": job.lease_token, "kind": job.kind, "result": result})
+        await self.send("POST", f"/v1/jobs/{job.id}/complete", body)
 
     async def fail(self, job: Job, error: str, *, retry: bool = True) -> JobState:
         return await self.request("POST", f"/v1/jobs/{job.id}/fail",
-                                  {"lease_token": job.lease_token, "error": error, "retry": retry},
+                                  JobFail(lease_token=job.lease_token, error=error, retry=retry),
                                   JobState)
 
     async def get_job(self, job_id: uuid.UUID) -> JobState:
         return await self.request("GET", f"/v1/jobs/{job_id}", None, JobState)
 
-    async def create_job(self, spec: JobCreate) -> JobCreated:
+    async def create_job(self, spec: JudgeJobCreate | GroupJobCreate) -> JobCreated:
         return await self.request("POST", "/v1/jobs", spec, JobCreated)
 
     # artifacts
@@ -106,8 +122,8 @@ class MasterClient(JsonClient):
 
     # training groups and model versions
     async def create_group(self, group: Group) -> uuid.UUID:
-        resp = await self.send("POST", "/v1/groups", {"group": group.model_dump(mode="json")})
-        return uuid.UUID(resp.json()["id"])
+        resp = await self.send("POST", "/v1/groups", GroupCreate(group=group))
+        return GroupCreated.model_validate_json(resp.content).id
 
     async def lease_groups(self, req: GroupLeaseRequest) -> GroupList:
         return await self.request("POST", "/v1/groups/lease", req, GroupList)
@@ -115,7 +131,7 @@ class MasterClient(JsonClient):
     async def ack_group(self, group_id: uuid.UUID, token: str,
                         status: GroupStatus = GroupStatus.CONSUMED) -> None:
         await self.send("POST", f"/v1/groups/{group_id}/ack",
-                        {"lease_token": token, "status": status.value})
+                        GroupAck(lease_token=token, status=status))
 
     async def register_version(self, spec: ModelVersionCreate) -> ModelVersion:
         return await self.request("POST", "/v1/models", spec, ModelVersion)

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coda.bounds import INT32_MAX, MAX_LIST, Count, Millis, Pixels
+
 ImageFormat = Literal["png", "webp", "jpeg"]
 MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
 
@@ -64,11 +66,11 @@ class Observation(_Model):
 
     image: bytes = Field(repr=False, description="encoded image")
     format: ImageFormat = "png"
-    width: int = Field(ge=1, description="image width in pixels (after scaling)")
-    height: int = Field(ge=1)
-    screen_width: int = Field(ge=1, description="the desktop's own size; actions use it")
-    screen_height: int = Field(ge=1)
-    elapsed_ms: float = Field(default=0.0, ge=0, description="time the screenshot took")
+    width: Pixels = Field(description="image width in pixels (after scaling)")
+    height: Pixels
+    screen_width: Pixels = Field(description="the desktop's own size; actions use it")
+    screen_height: Pixels
+    elapsed_ms: Millis = Field(default=0.0, description="time the screenshot took")
 
     @property
     def media_type(self) -> str:
@@ -79,7 +81,7 @@ class ActResult(_Model):
     """What happened to one action sent to a desktop."""
 
     ok: bool
-    elapsed_ms: float = Field(ge=0)
+    elapsed_ms: Millis
     error: str | None = None
 
 
@@ -91,11 +93,11 @@ class StepStatus(StrEnum):
 
 
 class SetupStepResult(_Model):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=MAX_LIST)
     func: str
     status: StepStatus
     detail: str = ""
-    elapsed_ms: float = 0.0
+    elapsed_ms: Millis = 0.0
 
 
 class SetupReport(_Model):
@@ -124,7 +126,7 @@ class CheckResult(_Model):
     detail: str = ""
 
 
-class Verdict(StrEnum):
+class CheckVerdict(StrEnum):
     SUCCESS = "success"
     FAILURE = "failure"
     UNDECIDED = "undecided"  # a checker could not decide (unsupported, unavailable, error)
@@ -134,21 +136,64 @@ class Verdict(StrEnum):
 class CheckOutcome(_Model):
     """The task's own checkers on the final state, combined as the task format says."""
 
-    verdict: Verdict
+    verdict: CheckVerdict
     results: list[CheckResult] = Field(default_factory=list)
 
     @property
     def success(self) -> bool | None:
         """True / False when the checkers decided, None when the judge must."""
-        if self.verdict is Verdict.SUCCESS:
+        if self.verdict is CheckVerdict.SUCCESS:
             return True
-        if self.verdict is Verdict.FAILURE:
+        if self.verdict is CheckVerdict.FAILURE:
             return False
         return None
+
+
+EndKind = Literal["DONE", "FAIL", "ANS", "TIMEOUT"]
+"""How an episode ended: the agent said DONE, FAIL or gave an answer, or the budget ran out."""
 
 
 class EpisodeEnd(_Model):
     """How the agent ended the episode (ScienceBoard's stop types) and its answer, if any."""
 
-    kind: Literal["DONE", "FAIL", "ANS", "TIMEOUT"]
+    kind: EndKind
     answer: str | None = None
+
+
+# The project's guest agent: what its own routes answer (``/health``, ``/coda/windows``,
+# ``/coda/close_apps``; ``/coda/act`` answers an ActResult). X11 sizes: window ids are 32-bit,
+# positions signed 16-bit, sizes unsigned 16-bit.
+
+X_POSITION = 2**15
+X_SIZE = 2**16 - 1
+
+
+class WindowInfo(_Model):
+    """A top-level window the window manager lists (EWMH ``_NET_CLIENT_LIST``)."""
+
+    id: int = Field(ge=0, le=2**32 - 1, description="X window id")
+    title: str
+    wm_class: list[str] = Field(max_length=MAX_LIST, description="WM_CLASS: instance, class")
+    pid: int | None = Field(ge=0, le=INT32_MAX, description="_NET_WM_PID, when set")
+    x: int = Field(ge=-X_POSITION, le=X_POSITION - 1)
+    y: int = Field(ge=-X_POSITION, le=X_POSITION - 1)
+    width: int = Field(ge=0, le=X_SIZE)
+    height: int = Field(ge=0, le=X_SIZE)
+
+
+class CloseAppsReply(_Model):
+    """What closing the agent's processes did: how many were killed, which windows are left."""
+
+    killed: Count
+    windows: list[WindowInfo]
+
+
+class GuestHealth(_Model):
+    """The agent's readiness: ``ok`` with the screen's size, or ``x_unavailable`` (503)."""
+
+    status: Literal["ok", "x_unavailable"]
+    agent: str = Field(description="coda-guest: tells the project's agent from OSWorld's server")
+    version: str | None = None
+    width: Pixels | None = None
+    height: Pixels | None = None
+    detail: str | None = Field(default=None, description="why the display is unavailable")

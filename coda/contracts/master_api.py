@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coda.bounds import MAX_GROUP_SIZE, MAX_SLOTS
 from coda.contracts.coverage import CoverageReport
+from coda.contracts.jobs import (
+    EpisodeResult,
+    GroupJobPayload,
+    GroupJobResult,
+    Job,
+    JudgeJobPayload,
+    JudgeJobResult,
+)
 from coda.contracts.records import (
     APP_MAX,
     DEFAULT_GROUP_SIZE,
-    MAX_GROUP_SIZE,
-    MAX_STEP_INDEX,
     NAME_MAX,
     TOKEN_MAX,
     Batch,
     Episode,
-    Job,
     JobKind,
     JudgeMode,
     Step,
@@ -31,13 +37,14 @@ from coda.contracts.training import (
     LabelRule,
     ModelVersion,
     TrainingMetrics,
-    Verdict,
     VersionTraining,
 )
 from coda.tasks import TaskDocument
 
 MAX_ROLLOUTS = 64
 MAX_BATCH_TASKS = 100_000
+MAX_PRIORITY = 1000
+MAX_ATTEMPTS = 20
 Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
 AppName = Annotated[str, Field(min_length=1, max_length=APP_MAX)]
 
@@ -54,8 +61,9 @@ class BatchCreate(BaseModel):
         "ScienceBoard / OSWorld task JSON; each is parsed on its own, and an error names the "
         "task's index and field")
     rollouts: int = Field(default=1, ge=1, le=MAX_ROLLOUTS)
-    priority: int = Field(default=0, ge=-1000, le=1000, description="higher runs first")
-    max_attempts: int = Field(default=3, ge=1, le=20)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY,
+                          description="higher runs first")
+    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
     planner_version: str | None = Field(default=None, min_length=1, max_length=NAME_MAX,
                                        description="pin a planner version")
     judge: JudgeMode = Field(default=JudgeMode.ALWAYS,
@@ -64,34 +72,6 @@ class BatchCreate(BaseModel):
                                   description="how a verdict becomes positive steps")
     group_size: int = Field(default=DEFAULT_GROUP_SIZE, ge=0, le=MAX_GROUP_SIZE,
                             description="G plans sampled per positive step (0: no group jobs)")
-
-
-class JudgeJobPayload(BaseModel):
-    """Payload of a ``judge`` job: judge one completed episode (the steps of its last attempt)."""
-
-    episode_id: uuid.UUID
-    label_rule: LabelRule = LabelRule.CLEAN_ONLY
-
-
-class JudgeJobResult(BaseModel):
-    """What a worker reports when a judge job ends: the verdict (the master stores it with the
-    episode, labels its steps and creates the group jobs)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    verdict: Verdict
-
-
-class GroupJobPayload(BaseModel):
-    """Payload of a ``group`` job: sample G plans at one positive step of an episode."""
-
-    episode_id: uuid.UUID
-    attempt: int = Field(ge=1, description="the episode attempt whose steps were judged")
-    step_index: int = Field(ge=0, le=MAX_STEP_INDEX)
-    group_size: int = Field(default=DEFAULT_GROUP_SIZE, ge=1, le=MAX_GROUP_SIZE)
-    planner_version: str | None = Field(
-        default=None, max_length=NAME_MAX,
-        description="the planner version current when the job was made (None: base model)")
 
 
 class BatchCreated(BaseModel):
@@ -109,23 +89,35 @@ class BatchList(BaseModel):
     total: int
 
 
-class JobCreate(BaseModel):
-    """Enqueue a judge or group job directly (episode jobs come from batches)."""
-
+class _JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: JobKind
-    payload: dict[str, Any]
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    max_attempts: int = Field(default=3, ge=1, le=20)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+
+
+class JudgeJobCreate(_JobCreate):
+    """Enqueue a judge job for an episode."""
+
+    kind: Literal[JobKind.JUDGE]
+    payload: JudgeJobPayload
+
+
+class GroupJobCreate(_JobCreate):
+    """Enqueue a group job at one step of an episode."""
+
+    kind: Literal[JobKind.GROUP]
+    payload: GroupJobPayload
+
+
+JobCreate = Annotated[JudgeJobCreate | GroupJobCreate, Field(discriminator="kind")]
+"""Enqueue a judge or group job directly (episode jobs come from batches): the kind says the
+payload's type."""
 
 
 class JobCreated(BaseModel):
     id: uuid.UUID
     kind: JobKind
-
-
-MAX_SLOTS = 10_000
 
 
 class WorkerRegister(BaseModel):
@@ -173,18 +165,25 @@ class StepReport(LeaseToken):
     step: Step
 
 
-class JobComplete(LeaseToken):
-    result: dict[str, Any] = Field(
-        default_factory=dict, description="an episode job's EpisodeResult, a group job's "
-        "GroupJobResult, a judge job's verdict; a result that does not fit is refused (422)")
+class EpisodeJobComplete(LeaseToken):
+    kind: Literal[JobKind.EPISODE]
+    result: EpisodeResult
 
 
-class GroupJobResult(BaseModel):
-    """What a worker reports when a group job ends: the group it built (stored as ready)."""
+class JudgeJobComplete(LeaseToken):
+    kind: Literal[JobKind.JUDGE]
+    result: JudgeJobResult
 
-    model_config = ConfigDict(extra="allow")
 
-    group: Group
+class GroupJobComplete(LeaseToken):
+    kind: Literal[JobKind.GROUP]
+    result: GroupJobResult
+
+
+JobComplete = Annotated[EpisodeJobComplete | JudgeJobComplete | GroupJobComplete,
+                        Field(discriminator="kind")]
+"""Finish a leased job with the result of its kind (a kind other than the job's is refused,
+422 naming ``kind``)."""
 
 
 class JobFail(LeaseToken):
@@ -211,6 +210,10 @@ class GroupCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     group: Group
+
+
+class GroupCreated(BaseModel):
+    id: uuid.UUID
 
 
 class GroupLeaseRequest(BaseModel):

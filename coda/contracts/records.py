@@ -1,25 +1,30 @@
-"""Records the master stores and serves: batches, episodes, steps, jobs, workers."""
+"""Records the master stores and serves: batches, episodes, steps, workers, judged
+trajectories (a job's payload and result: :mod:`coda.contracts.jobs`)."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coda.actions import Action
+from coda.bounds import (
+    MAX_GROUP_SIZE,
+    Attempt,
+    Count,
+    Index,
+    Millis,
+    Pixels,
+)
 from coda.contracts.training import LabelRule, Verdict
-from coda.tasks import TaskSpec
 
-# Bounds of the columns the master stores these fields in (Postgres integer, varchar(n)), so a
-# value that cannot be stored is refused with a 422 naming the field, never a 500.
-INT32_MAX = 2**31 - 1
+# Bounds of the columns the master stores these fields in (varchar(n)), so a value that cannot
+# be stored is refused with a 422 naming the field, never a 500 (numbers: coda.bounds).
 NAME_MAX = 200  # names, ids, versions: varchar(200)
 APP_MAX = 100  # application names: varchar(100)
 TOKEN_MAX = 64  # lease tokens: varchar(64)
-MAX_STEP_INDEX = 100_000
 MAX_OFFSET = 1_000_000_000  # list routes: how many rows may be skipped
 
 
@@ -62,16 +67,13 @@ class StepOutcome(StrEnum):
     MODEL_ERROR = "model_error"
 
 
-MAX_SCREEN_SIDE = 16_384
-
-
 class ScreenSize(BaseModel):
     """Pixel size of the screen a screenshot shows (the action space's coordinates)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    width: int = Field(ge=1, le=MAX_SCREEN_SIDE)
-    height: int = Field(ge=1, le=MAX_SCREEN_SIDE)
+    width: Pixels
+    height: Pixels
 
 
 class PlanRecord(BaseModel):
@@ -85,8 +87,7 @@ class PlanRecord(BaseModel):
     finished: bool = Field(description="the plan said DONE (or gave an answer)")
     answer: str | None = Field(description="the answer of an ANS plan, if any")
     answer_mode: bool = Field(description="the planner was asked with its ANS prompt")
-    completion_tokens: int | None = Field(ge=0, le=INT32_MAX,
-                                          description="tokens the planner generated")
+    completion_tokens: Count | None = Field(description="tokens the planner generated")
 
 
 class StepTimings(BaseModel):
@@ -95,17 +96,17 @@ class StepTimings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    observe: float = Field(ge=0)
-    upload: float = Field(ge=0)
-    plan: float = Field(ge=0)
-    plan_model: float = Field(ge=0)
-    execute: float = Field(ge=0)
-    execute_model: float = Field(ge=0)
-    act: float = Field(ge=0)
-    settle: float = Field(ge=0)
-    report: float = Field(ge=0)
-    total: float = Field(ge=0)
-    overhead: float = Field(ge=0)
+    observe: Millis
+    upload: Millis
+    plan: Millis
+    plan_model: Millis
+    execute: Millis
+    execute_model: Millis
+    act: Millis
+    settle: Millis
+    report: Millis
+    total: Millis
+    overhead: Millis
 
 
 class StepLabel(StrEnum):
@@ -125,9 +126,9 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    index: int = Field(ge=0, le=MAX_STEP_INDEX)
-    attempt: int | None = Field(
-        default=None, ge=1, le=INT32_MAX,
+    index: Index
+    attempt: Attempt | None = Field(
+        default=None,
         description="which lease of the episode ran it: the master sets it from the lease; a "
         "report naming another attempt than the lease's is refused (409)")
     thought: str | None = None
@@ -141,7 +142,7 @@ class Step(BaseModel):
     outcome: StepOutcome = StepOutcome.OK
     error: str | None = None
     planner_version: str | None = Field(default=None, max_length=NAME_MAX)
-    latency_ms: float | None = Field(default=None, ge=0)
+    latency_ms: Millis | None = None
     timings: StepTimings | None = Field(default=None, description="where the step's time went")
     label: StepLabel | None = Field(
         default=None, description="the judge's label, set by the master from the verdict "
@@ -154,19 +155,6 @@ class Step(BaseModel):
             raise ValueError("screen: required with a screenshot (the size of the screen it "
                              "shows)")
         return self
-
-
-class EpisodeResult(BaseModel):
-    """What a worker reports when an episode job ends normally."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    success: bool | None = Field(default=None, description="task checker verdict, if any")
-    score: float | None = Field(default=None, ge=0, le=1)
-    answer: str | None = None
-    final_screenshot: str | None = None
-    steps: int | None = Field(default=None, ge=0, le=MAX_STEP_INDEX)
-    info: dict[str, Any] = Field(default_factory=dict)
 
 
 class Episode(BaseModel):
@@ -211,7 +199,6 @@ class JudgeMode(StrEnum):
 
 
 DEFAULT_GROUP_SIZE = 8
-MAX_GROUP_SIZE = 64
 
 
 class BatchOptions(BaseModel):
@@ -234,28 +221,6 @@ class Batch(BaseModel):
     options: BatchOptions = Field(default_factory=BatchOptions)
 
 
-class Job(BaseModel):
-    """A leased unit of work as a worker receives it."""
-
-    id: uuid.UUID
-    kind: JobKind
-    lease_token: str
-    lease_expires_at: datetime
-    attempt: int = Field(ge=1)
-    max_attempts: int = Field(ge=1)
-    payload: dict[str, Any]
-
-
-class EpisodePayload(BaseModel):
-    """Payload of an ``episode`` job."""
-
-    episode_id: uuid.UUID
-    batch_id: uuid.UUID
-    rollout: int
-    task: TaskSpec
-    planner_version: str | None = None
-
-
 class Worker(BaseModel):
     id: uuid.UUID
     name: str
@@ -266,3 +231,23 @@ class Worker(BaseModel):
     registered_at: datetime
     last_heartbeat: datetime | None = None
     busy_slots: int = Field(default=0, ge=0, description="slots running a job, last reported")
+
+
+class JudgedTrajectory(BaseModel):
+    """A finished episode with its judge verdict and steps (stage-2 SFT data)."""
+
+    episode_id: uuid.UUID
+    batch_id: uuid.UUID
+    task_id: str
+    app: str
+    instruction: str
+    planner_version: str | None = None
+    success: bool | None = None
+    verdict: Verdict
+    steps: list[Step] = Field(default_factory=list,
+                              description="the steps of the attempt that finished, in order")
+
+
+class JudgedTrajectoryList(BaseModel):
+    items: list[JudgedTrajectory]
+    total: int

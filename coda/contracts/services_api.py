@@ -8,35 +8,23 @@ seed, adapter names, screenshot keys. Strings refuse NUL characters and lone sur
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from coda.actions import Action
+from coda.bounds import MAX_TOKENS
+from coda.contracts.history import MAX_HISTORY as MAX_HISTORY
+from coda.contracts.history import MAX_TEXT as MAX_TEXT
+from coda.contracts.history import SCREENSHOT_KEY as SCREENSHOT_KEY
+from coda.contracts.history import HistoryStep as HistoryStep
+from coda.contracts.history import ImageRef as ImageRef
+from coda.contracts.history import Text as Text
 from coda.contracts.training import LabelRule, Verdict
 
 MAX_SAMPLES = 64
-MAX_TEXT = 65_536
-"""Characters of one instruction / thought (the model's context bounds the prompt further)."""
-MAX_HISTORY = 256
 MAX_SEED = 2**63 - 1
-SCREENSHOT_KEY = r"^sha256/[0-9a-f]{2}/[0-9a-f]{64}\.(png|jpg|webp)$"
-"""A screenshot in the artifact store (coda.artifacts keys of the image types)."""
 VERSION_PATTERN = r"^[A-Za-z0-9._:-]+$"
-
-
-def _clean_text(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains a lone surrogate (not valid Unicode)") from None
-    return value
-
-
-Text = Annotated[str, AfterValidator(_clean_text)]
-"""A string without NUL characters or lone surrogates."""
 BASE_VERSION = "base"
 """The version name of the planner without any adapter (the model as loaded). Services answer
 with it, the master and the trainer start from it, and a step or candidate it produced carries
@@ -51,35 +39,6 @@ def stored_version(version: str) -> str | None:
 Version = Annotated[str, Field(min_length=1, max_length=200, pattern=VERSION_PATTERN)]
 
 
-class ImageRef(BaseModel):
-    """A screenshot: the key of an artifact in the service's artifact store, or the image
-    inline (base64 PNG/JPEG/WebP, optionally as a ``data:image/...;base64,`` URL)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ref: str | None = Field(default=None, pattern=SCREENSHOT_KEY, max_length=100,
-                            description="artifact-store key: sha256/<2 hex>/<64 hex>.png|jpg|webp")
-    b64: Text | None = Field(default=None, description="base64 image bytes or a data: URL")
-
-    @model_validator(mode="after")
-    def _one(self) -> ImageRef:
-        if (self.ref is None) == (self.b64 is None):
-            raise ValueError("give exactly one of 'ref' or 'b64'")
-        return self
-
-
-class HistoryStep(BaseModel):
-    """A past step as the models see it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    thought: Text = Field(max_length=MAX_TEXT,
-                          description="the planner's 'Thought: ...\\nAction: ...' text")
-    action_text: Text | None = Field(default=None, max_length=MAX_TEXT,
-                                     description="the executor's raw action text")
-    screenshot: ImageRef | None = None
-
-
 class Sampling(BaseModel):
     """Sampling options; a temperature below 1e-4 decodes greedily. ``max_tokens`` is further
     bounded by the service's setting (422 above it)."""
@@ -88,7 +47,7 @@ class Sampling(BaseModel):
 
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=0.9, gt=0, le=1)
-    max_tokens: int = Field(default=1500, ge=1, le=32_768)
+    max_tokens: int = Field(default=1500, ge=1, le=MAX_TOKENS)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="64-bit seed")
 
 
@@ -251,8 +210,3 @@ class InstructionCheck(BaseModel):
     @property
     def ok(self) -> bool:
         return self.parsed and self.clear and self.executable and self.judgeable
-
-
-class Health(BaseModel):
-    status: str = "ok"
-    detail: dict[str, Any] = Field(default_factory=dict)

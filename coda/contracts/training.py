@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-import math
-import re
 import uuid
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coda.actions import Action
+from coda.bounds import (
+    INT32_MAX,
+    MAX_GROUP_SIZE,
+    MAX_LIST,
+    MAX_STEP_INDEX,
+    MAX_TOKENS,
+    Count,
+    Finite,
+    Fraction,
+    Index,
+    LogProb,
+    Pixels,
+    StepNumber,
+    TokenId,
+)
+from coda.contracts.history import MAX_HISTORY, HistoryStep
 
 
 class LabelRule(StrEnum):
@@ -21,16 +35,23 @@ class LabelRule(StrEnum):
     BEFORE_FIRST_ERROR = "before_first_error"  # SEAgent: steps before the first error
 
 
+StepNumbers = list[StepNumber]
+MAX_VOTES = 512
+"""Votes of one verdict: voting@16 of 16 models, at two resolutions, with room to spare."""
+
+
 class Vote(BaseModel):
     """One judge sample."""
+
+    model_config = ConfigDict(extra="forbid")
 
     model: str
     resolution: str = Field(default="high", description="low or high")
     raw: str
     parsed: bool
     correctness: bool | None = None
-    redundant: list[int] = Field(default_factory=list)
-    first_error_step: int | None = None
+    redundant: StepNumbers = Field(default_factory=list, max_length=MAX_STEP_INDEX + 1)
+    first_error_step: StepNumber | None = None
     error_type: str | None = None
     correct_action: str | None = None
 
@@ -42,13 +63,14 @@ class JudgeInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str
-    steps: list[int] = Field(description="the steps shown, numbered from 1")
-    max_pixels: int | None = Field(
+    steps: StepNumbers = Field(max_length=MAX_STEP_INDEX + 1,
+                               description="the steps shown, numbered from 1")
+    max_pixels: Count | None = Field(
         default=None, description="bound on each high-resolution screenshot's pixels (None: as "
                                   "captured or the service's configured bound)")
     reduced: bool = Field(default=False, description="lowered to fit the model's context")
-    refusals: int = Field(default=0, ge=0,
-                          description="settings the model refused as longer than its context")
+    refusals: Count = Field(default=0,
+                            description="settings the model refused as longer than its context")
 
 
 class Verdict(BaseModel):
@@ -57,33 +79,38 @@ class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     correct: bool
-    redundant: list[int] = Field(default_factory=list)
-    first_error_step: int | None = Field(default=None, ge=1)
+    redundant: StepNumbers = Field(default_factory=list, max_length=MAX_STEP_INDEX + 1)
+    first_error_step: StepNumber | None = None
     error_type: str | None = None
     correct_action: str | None = None
-    votes: list[Vote] = Field(default_factory=list)
-    positive_steps: list[int] = Field(
-        default_factory=list, description="0-based step indices labelled positive"
-    )
+    votes: list[Vote] = Field(default_factory=list, max_length=MAX_VOTES)
+    positive_steps: list[Index] = Field(
+        default_factory=list, max_length=MAX_STEP_INDEX + 1,
+        description="0-based step indices labelled positive")
     inputs: list[JudgeInput] = Field(
-        default_factory=list, description="what each judge model was shown (one per model)")
+        default_factory=list, max_length=MAX_LIST,
+        description="what each judge model was shown (one per model)")
 
 
 class Candidate(BaseModel):
     """One of the G plans of a group, with the executor's action and its reward."""
 
+    model_config = ConfigDict(extra="forbid")
+
     plan: str
     action: Action | None = None
     raw_action: str | None = None
-    reward: float = Field(ge=0, le=1)
-    planner_version: str | None = None
-    token_count: int | None = None
-    token_ids: list[int] | None = Field(
-        default=None, description="the plan's generated token ids (EOS included when the "
-                                  "model stopped on it); the trainer re-tokenizes the text without")
-    logprobs: list[float] | None = Field(
-        default=None, description="the sampler's log-probability of each token of token_ids "
-                                  "(the trainer's truncated importance correction uses them)")
+    reward: Fraction
+    planner_version: str | None = Field(default=None, max_length=200)
+    token_count: Count | None = None
+    token_ids: list[TokenId] | None = Field(
+        default=None, max_length=MAX_TOKENS,
+        description="the plan's generated token ids (EOS included when the model stopped on "
+                    "it); the trainer re-tokenizes the text without")
+    logprobs: list[LogProb] | None = Field(
+        default=None, max_length=MAX_TOKENS,
+        description="the sampler's log-probability of each token of token_ids (the trainer's "
+                    "truncated importance correction uses them)")
 
     @model_validator(mode="after")
     def _logprobs_match_tokens(self) -> Candidate:
@@ -91,25 +118,25 @@ class Candidate(BaseModel):
             return self
         if self.token_ids is None or len(self.logprobs) != len(self.token_ids):
             raise ValueError("logprobs: needs token_ids of the same length")
-        if not all(math.isfinite(v) and v <= 0 for v in self.logprobs):
-            raise ValueError("logprobs: must be finite and <= 0")
         return self
 
 
 class StateRef(BaseModel):
     """A stored state of an episode: what the planner saw before step ``step_index``."""
 
+    model_config = ConfigDict(extra="forbid")
+
     episode_id: uuid.UUID | None = None
-    step_index: int = Field(ge=0)
+    step_index: Index
     instruction: str
     app: str
     screenshot: str = Field(description="artifact key of the current screen")
     previous_screenshot: str | None = None
-    history: list[dict[str, Any]] = Field(
-        default_factory=list, description="past steps: {thought, action_text, screenshot}"
-    )
-    screen_width: int = Field(ge=1, description="width of the screen the screenshot shows")
-    screen_height: int = Field(ge=1, description="height of the screen the screenshot shows")
+    history: list[HistoryStep] = Field(
+        default_factory=list, max_length=MAX_HISTORY,
+        description="the past steps the planner was shown, as the planner request carries them")
+    screen_width: Pixels = Field(description="width of the screen the screenshot shows")
+    screen_height: Pixels = Field(description="height of the screen the screenshot shows")
 
 
 class GroupStatus(StrEnum):
@@ -126,7 +153,7 @@ class Group(BaseModel):
 
     state: StateRef
     target: Action = Field(description="the labelled (positive) action at this state")
-    candidates: list[Candidate] = Field(min_length=1)
+    candidates: list[Candidate] = Field(min_length=1, max_length=MAX_GROUP_SIZE)
     planner_version: str | None = Field(default=None, max_length=200)  # master: varchar(200)
 
 
@@ -137,6 +164,11 @@ class GroupRecord(BaseModel):
     created_at: datetime
     lease_token: str | None = None
     lease_expires_at: datetime | None = None
+
+
+METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,100}$"
+MAX_METRICS = 64
+MetricName = Annotated[str, Field(pattern=METRIC_NAME)]
 
 
 class ModelRole(StrEnum):
@@ -154,7 +186,7 @@ class ModelVersionCreate(BaseModel):
     adapter_uri: str | None = Field(default=None, description="fsspec URL of a LoRA adapter")
     parent: str | None = Field(default=None, max_length=200)  # master: varchar(200)
     make_current: bool = True
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[MetricName, Finite] = Field(default_factory=dict, max_length=MAX_METRICS)
 
 
 class ModelVersion(BaseModel):
@@ -168,8 +200,6 @@ class ModelVersion(BaseModel):
     created_at: datetime
 
 
-METRIC_NAME = r"^[A-Za-z0-9_./:-]{1,100}$"
-MAX_METRICS = 64
 
 
 class TrainingMetricsReport(BaseModel):
@@ -178,22 +208,12 @@ class TrainingMetricsReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
-    update: int = Field(ge=0, le=2**31 - 1)
+    update: int = Field(ge=0, le=INT32_MAX)
     planner_version: str = Field(min_length=1, max_length=200,
                                  description="the policy version the update started from")
-    metrics: dict[str, float] = Field(default_factory=dict,
-                                      description="reward_mean, loss, kl, clip_fraction, ...")
-
-    @model_validator(mode="after")
-    def _finite(self) -> TrainingMetricsReport:
-        if len(self.metrics) > MAX_METRICS:
-            raise ValueError(f"metrics: at most {MAX_METRICS} entries")
-        for key, value in self.metrics.items():
-            if not re.fullmatch(METRIC_NAME, key):
-                raise ValueError(f"metrics: bad name {key[:100]!r}")
-            if not math.isfinite(value):
-                raise ValueError(f"metrics.{key}: must be finite")
-        return self
+    metrics: dict[MetricName, Finite] = Field(
+        default_factory=dict, max_length=MAX_METRICS,
+        description="reward_mean, loss, kl, clip_fraction, ...")
 
 
 class TrainingMetrics(TrainingMetricsReport):
@@ -214,23 +234,3 @@ class VersionTraining(BaseModel):
     last_update: int
     means: dict[str, float] = Field(default_factory=dict)
     last: dict[str, float] = Field(default_factory=dict)
-
-
-class JudgedTrajectory(BaseModel):
-    """A finished episode with its judge verdict and steps (stage-2 SFT data)."""
-
-    episode_id: uuid.UUID
-    batch_id: uuid.UUID
-    task_id: str
-    app: str
-    instruction: str
-    planner_version: str | None = None
-    success: bool | None = None
-    verdict: Verdict
-    steps: list[dict[str, Any]] = Field(default_factory=list,
-                                        description="the episode's steps (records.Step as JSON)")
-
-
-class JudgedTrajectoryList(BaseModel):
-    items: list[JudgedTrajectory]
-    total: int

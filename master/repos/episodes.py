@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 
 from coda.contracts.master_api import JudgeRate, LiveSlot
-from coda.contracts.records import Episode, EpisodeStatus, Step
-from coda.contracts.training import JudgedTrajectory, Verdict
+from coda.contracts.records import Episode, EpisodeStatus, JudgedTrajectory, Step
+from coda.contracts.training import Verdict
 from coda.scoring import Outcome
 from master.db.pg import Conn, page
 from master.errors import BatchNotFound
@@ -92,7 +92,7 @@ async def judged_trajectories(
         episode_id=r["id"], batch_id=r["batch_id"], task_id=r["task_id"], app=r["app"],
         instruction=r["instruction"] or "", planner_version=r["planner_version"],
         success=r["success"], verdict=Verdict.model_validate(r["verdict"]),
-        steps=await step_rows.bodies_of_last_attempt(conn, r["id"])) for r in rows]
+        steps=await step_rows.steps_of_last_attempt(conn, r["id"])) for r in rows]
     return out, total
 
 

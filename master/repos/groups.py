@@ -74,9 +74,10 @@ async def counts_by_reason(conn: Conn) -> tuple[dict[str, int], dict[str, int]]:
 
 
 async def rewards_of_episode(conn: Conn, episode_id: uuid.UUID) -> list[asyncpg.Record]:
-    """status, reason, idx, n, mean, mx of the groups sampled at the episode's steps."""
+    """status, reason, idx, n, mean, mx of the groups sampled at the episode's steps (the
+    index read as numeric: no stored number can overflow the read)."""
     return list(await conn.fetch(
-        "select status, reason, (body -> 'state' ->> 'step_index')::int idx, "
+        "select status, reason, (body -> 'state' ->> 'step_index')::numeric idx, "
         "(select count(*) from jsonb_array_elements(body -> 'candidates')) n, "
         "(select avg((c ->> 'reward')::float) from jsonb_array_elements("
         "body -> 'candidates') c) mean, (select max((c ->> 'reward')::float) from "

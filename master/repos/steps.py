@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import asyncpg
 
@@ -48,8 +47,9 @@ async def of_last_attempt(conn: Conn, episode_id: uuid.UUID) -> list[asyncpg.Rec
     return list(await conn.fetch(_LAST_ATTEMPT, episode_id))
 
 
-async def bodies_of_last_attempt(conn: Conn, episode_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [r["body"] for r in await of_last_attempt(conn, episode_id)]
+async def steps_of_last_attempt(conn: Conn, episode_id: uuid.UUID) -> list[Step]:
+    """The steps of the episode's last attempt, in order."""
+    return [Step.model_validate(r["body"]) for r in await of_last_attempt(conn, episode_id)]
 
 
 async def label(conn: Conn, episode_id: uuid.UUID, attempt: int, positive: list[int]) -> None:

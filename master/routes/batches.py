@@ -10,7 +10,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
 from pydantic import ValidationError
 
-from coda.contracts.master_api import BatchCreate, BatchCreated, BatchList
+from coda.contracts.master_api import (
+    MAX_ATTEMPTS,
+    MAX_PRIORITY,
+    MAX_ROLLOUTS,
+    BatchCreate,
+    BatchCreated,
+    BatchList,
+)
 from coda.contracts.records import MAX_OFFSET, NAME_MAX, Batch
 from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
@@ -61,9 +68,9 @@ async def create_batch(body: BatchCreate, core: State, _: Admin) -> BatchCreated
 async def upload_batch(
     core: State, _: Admin,
     file: Annotated[UploadFile, File(description="a task JSON file or a JSONL file of tasks")],
-    rollouts: Annotated[int, Form()] = 1,
-    priority: Annotated[int, Form()] = 0,
-    max_attempts: Annotated[int, Form()] = 3,
+    rollouts: Annotated[int, Form(ge=1, le=MAX_ROLLOUTS)] = 1,
+    priority: Annotated[int, Form(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0,
+    max_attempts: Annotated[int, Form(ge=1, le=MAX_ATTEMPTS)] = 3,
     name: Annotated[str | None, Form(max_length=NAME_MAX)] = None,
 ) -> BatchCreated:
     """Create a batch from an uploaded task file (JSON object, JSON list or JSONL)."""

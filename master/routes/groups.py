@@ -6,7 +6,13 @@ import uuid
 
 from fastapi import APIRouter
 
-from coda.contracts.master_api import GroupAck, GroupCreate, GroupLeaseRequest, GroupList
+from coda.contracts.master_api import (
+    GroupAck,
+    GroupCreate,
+    GroupCreated,
+    GroupLeaseRequest,
+    GroupList,
+)
 from coda.service import error_responses
 from master.auth import Reader, WorkerAuth
 from master.repos import groups
@@ -16,11 +22,11 @@ router = APIRouter(prefix="/v1/groups", tags=["groups"])
 
 
 @router.post("", status_code=201)
-async def create_group(body: GroupCreate, core: State, _: WorkerAuth) -> dict[str, uuid.UUID]:
+async def create_group(body: GroupCreate, core: State, _: WorkerAuth) -> GroupCreated:
     """Store a ready group (G candidates with rewards at one labelled state)."""
     gid = await groups.insert(core.pg, body.group)
     assert gid is not None  # no source: never a conflict
-    return {"id": gid}
+    return GroupCreated(id=gid)
 
 
 @router.post("/lease")

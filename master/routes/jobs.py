@@ -8,7 +8,6 @@ import time
 import uuid
 
 from fastapi import APIRouter, HTTPException, status
-from pydantic import ValidationError
 
 from coda.contracts.master_api import (
     JobComplete,
@@ -17,13 +16,11 @@ from coda.contracts.master_api import (
     JobFail,
     JobHeartbeatResponse,
     JobState,
-    JudgeJobPayload,
     LeaseRequest,
     LeaseResponse,
     LeaseToken,
     StepReport,
 )
-from coda.contracts.records import JobKind
 from coda.service import error_responses
 from master import jobs
 from master.auth import Admin, Reader, WorkerAuth
@@ -52,19 +49,9 @@ async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
 
 @router.post("", status_code=201)
 async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
-    """Enqueue a judge or group job (episode jobs are created by batches)."""
-    if body.kind is JobKind.EPISODE:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["body", "kind"], "msg": "episode jobs are created through /v1/batches",
-             "type": "value_error"}])
-    if body.kind is JobKind.JUDGE:
-        try:
-            JudgeJobPayload.model_validate(body.payload)
-        except ValidationError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-                {"loc": ["body", "payload", *e["loc"]], "msg": e["msg"], "type": e["type"]}
-                for e in exc.errors()]) from None
-    job = NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload,
+    """Enqueue a judge or group job, its payload typed by its kind (episode jobs are created
+    by batches: ``/v1/batches``)."""
+    job = NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload.model_dump(mode="json"),
                  priority=body.priority, max_attempts=body.max_attempts)
     await jobs.enqueue(core.pg, core.queue, [job])
     return JobCreated(id=job.id, kind=job.kind)
@@ -126,10 +113,10 @@ async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: Worke
 @router.post("/{job_id}/complete", status_code=204,
              responses=error_responses(404, 409))
 async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
-    """Finish the job with its result; 409 (and no change) when the token is stale, 422 (and
-    no change) when an episode result does not fit."""
+    """Finish the job with the result of its kind; 409 (and no change) when the token is
+    stale, 422 (and no change) when the result does not fit or the kind is not the job's."""
     kind = await jobs.complete(core.pg, core.queue, job_id=job_id, token=body.lease_token,
-                               result=body.result,
+                               kind=body.kind, result=body.result,
                                staleness_versions=core.settings.group_staleness_versions)
     if core.metrics:
         core.metrics.jobs_finished.labels(kind.value, "succeeded").inc()

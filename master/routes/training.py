@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from coda.contracts.records import JudgedTrajectoryList
 from coda.contracts.training import (
-    JudgedTrajectoryList,
     TrainingMetricsList,
     TrainingMetricsReport,
     Verdict,

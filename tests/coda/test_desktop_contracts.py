@@ -5,12 +5,12 @@ from __future__ import annotations
 from coda.contracts.desktop import (
     BrokenReason,
     CheckOutcome,
+    CheckVerdict,
     DesktopBroken,
     Observation,
     SetupReport,
     SetupStepResult,
     StepStatus,
-    Verdict,
 )
 
 
@@ -22,10 +22,10 @@ def test_observation_round_trips_through_json_with_binary_image() -> None:
 
 
 def test_outcome_success_is_none_when_the_checkers_cannot_decide() -> None:
-    assert CheckOutcome(verdict=Verdict.SUCCESS).success is True
-    assert CheckOutcome(verdict=Verdict.FAILURE).success is False
-    assert CheckOutcome(verdict=Verdict.UNDECIDED).success is None
-    assert CheckOutcome(verdict=Verdict.NO_CHECKER).success is None
+    assert CheckOutcome(verdict=CheckVerdict.SUCCESS).success is True
+    assert CheckOutcome(verdict=CheckVerdict.FAILURE).success is False
+    assert CheckOutcome(verdict=CheckVerdict.UNDECIDED).success is None
+    assert CheckOutcome(verdict=CheckVerdict.NO_CHECKER).success is None
 
 
 def test_setup_report_names_its_first_problem() -> None:

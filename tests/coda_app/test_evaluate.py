@@ -57,7 +57,8 @@ def test_eval_runs_k_rollouts_and_writes_table1(master: MasterProcess, tmp_path:
             task = job["payload"]["task"]["id"]
             success = "A-01" in task or job["payload"]["rollout"] == 0
             r = worker.post(f"/v1/jobs/{job['id']}/complete", json={
-                "lease_token": job["lease_token"], "result": {"success": success}})
+                "lease_token": job["lease_token"], "kind": "episode",
+                "result": {"success": success}})
             assert r.status_code == 204, r.text
             done += 1
     out, err = proc.communicate(timeout=120)

@@ -125,12 +125,13 @@ def _run(target: FuzzTarget, operation: Any, label: str, mode: GenerationMode,
         except (Exception, BaseExceptionGroup) as exc:  # a check failed, or the call did
             failures.append(Failure(operation=label, role=role, mode=mode.value, status=status,
                                     error=f"{type(exc).__name__}: {exc}",
-                                    curl=_curl(case, target.base_url)))
+                                    curl=curl_of(case, target.base_url)))
 
     run()
 
 
-def _curl(case: Any, base_url: str) -> str:
+def curl_of(case: Any, base_url: str) -> str:
+    """A curl line that sends ``case`` again."""
     try:
         return str(case.as_curl_command(base_url=base_url))
     except Exception as exc:  # a case that cannot even be written as curl

@@ -11,7 +11,15 @@ import pytest
 from PIL import Image
 
 from coda.clients.base import ServiceError
-from coda.contracts.master_api import GroupLeaseRequest, JobCreate
+from coda.contracts.jobs import (
+    EpisodeResult,
+    GroupJob,
+    GroupJobPayload,
+    GroupJobResult,
+    JudgeJob,
+    JudgeJobPayload,
+)
+from coda.contracts.master_api import GroupJobCreate, GroupLeaseRequest, JudgeJobCreate
 from coda.contracts.records import JobKind
 from coda.contracts.training import (
     Candidate,
@@ -140,7 +148,7 @@ async def test_status_page_json_and_metrics(master, admin, wclient, worker):
     created = await submit(admin, n_tasks=2, rollouts=2, name="demo")
     jobs = await wclient.lease(worker.id, capacity=4)
     for i, job in enumerate(jobs):
-        await wclient.complete(job, {"success": i == 0})
+        await wclient.complete(job, EpisodeResult(success=i == 0))
     st = await admin.status()
     assert st.batches[0].id == created.batch.id
     kalg = next(s for s in st.scores if s.app == "KAlgebra")
@@ -161,23 +169,28 @@ async def test_status_page_json_and_metrics(master, admin, wclient, worker):
     assert "http_requests_total" in metrics and "coda_jobs_leased_total" in metrics
 
 
-async def test_judge_jobs_by_kind(admin, wclient, worker):
-    episode = str(uuid.uuid4())
-    created = await admin.create_job(JobCreate(kind=JobKind.JUDGE,
-                                               payload={"episode_id": episode}))
+async def test_judge_jobs_by_kind(master, admin, wclient, worker):
+    episode = uuid.uuid4()
+    created = await admin.create_job(JudgeJobCreate(
+        kind=JobKind.JUDGE, payload=JudgeJobPayload(episode_id=episode)))
     assert await wclient.lease(worker.id, JobKind.EPISODE) == []
     [job] = await wclient.lease(worker.id, JobKind.JUDGE)
-    assert job.id == created.id and job.payload == {"episode_id": episode}
-    with pytest.raises(ServiceError) as err:  # a judge job names its episode
-        await admin.create_job(JobCreate(kind=JobKind.JUDGE, payload={"episode": "x"}))
-    assert err.value.status == 422 and err.value.detail[0]["loc"] == [
-        "body", "payload", "episode_id"]
-    with pytest.raises(ServiceError) as err:
-        await admin.create_job(JobCreate(kind=JobKind.EPISODE, payload={}))
-    assert err.value.status == 422
+    assert isinstance(job, JudgeJob) and job.id == created.id
+    assert job.payload == JudgeJobPayload(episode_id=episode)
+    h = {"Authorization": f"Bearer {master.admin_token}"}
+    # the kind says the payload's type: a judge job names its episode, and knows nothing else
+    for payload, loc in (({"episode": "x"}, ["body", "judge", "payload", "episode_id"]),
+                         ({"episode_id": str(episode), "step_index": 1},
+                          ["body", "judge", "payload", "step_index"])):
+        r = httpx.post(f"{master.url}/v1/jobs", headers=h,
+                       json={"kind": "judge", "payload": payload})
+        assert r.status_code == 422 and loc in [e["loc"] for e in r.json()["detail"]], r.text
+    # episode jobs come from batches only: no such kind here
+    r = httpx.post(f"{master.url}/v1/jobs", headers=h, json={"kind": "episode", "payload": {}})
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "union_tag_invalid"
 
 
-def _group(version: str) -> Group:
+def _group(version: str | None) -> Group:
     state = StateRef(step_index=2, instruction="plot x^2", app="KAlgebra",
                      screenshot="sha256/ab/" + "a" * 64 + ".png", screen_width=1280,
                      screen_height=800)
@@ -203,12 +216,22 @@ async def test_groups_lease_ack_and_staleness(admin, wclient):
                             GroupStatus.DROPPED)
 
 
-async def test_group_job_result_becomes_a_group(admin, wclient, worker):
-    await admin.create_job(JobCreate(kind=JobKind.GROUP, payload={"state": "s"}))
+async def test_group_job_result_becomes_a_group(master, admin, wclient, worker):
+    episode = uuid.uuid4()
+    await admin.create_job(GroupJobCreate(kind=JobKind.GROUP, payload=GroupJobPayload(
+        episode_id=episode, attempt=1, step_index=2)))
     [job] = await wclient.lease(worker.id, JobKind.GROUP)
-    await wclient.complete(job, {"group": _group("v7").model_dump(mode="json")})
-    got = await wclient.lease_groups(GroupLeaseRequest(planner_versions=["v7"]))
-    assert len(got.items) == 1
+    assert isinstance(job, GroupJob) and job.payload.step_index == 2
+    # a result of another kind is refused before it leaves the client, and by the master
+    with pytest.raises(ValueError, match="group"):
+        await wclient.complete(job, EpisodeResult(success=True))
+    r = httpx.post(f"{master.url}/v1/jobs/{job.id}/complete",
+                   headers={"Authorization": f"Bearer {master.worker_token}"},
+                   json={"lease_token": job.lease_token, "kind": "episode", "result": {}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "kind"], r.text
+    await wclient.complete(job, GroupJobResult(group=_group(None)))
+    [got] = (await wclient.lease_groups(GroupLeaseRequest())).items
+    assert got.group.state.step_index == 2 and got.group.planner_version is None
 
 
 async def test_model_versions(admin, wclient):
@@ -235,8 +258,8 @@ def test_episode_payload_is_the_contract():
     """The batch insert writes EpisodePayload's JSON by hand (fast): it must read back as one."""
     import uuid as _uuid
 
+    from coda.contracts.jobs import EpisodePayload
     from coda.contracts.master_api import BatchCreate
-    from coda.contracts.records import EpisodePayload
     from master.batches import build_rows
     from master.routes.batches import parse_tasks
 

@@ -78,7 +78,8 @@ TEXT_CASES = [  # NUL in a stored string, a lone surrogate, in keys too
      f'{{"lease_token": "{{lease_token}}", "step": {{"index": 0, "thought": "{NUL}"}}}}',
      "thought"),
     ("worker", "/v1/jobs/{job_id}/complete",
-     f'{{"lease_token": "{{lease_token}}", "result": {{"answer": "{NUL}"}}}}', "answer"),
+     f'{{"lease_token": "{{lease_token}}", "kind": "episode", "result": {{"answer": "{NUL}"}}}}',
+     "answer"),
     ("worker", "/v1/jobs/{job_id}/fail",
      f'{{"lease_token": "{{lease_token}}", "error": "{NUL}"}}', "error"),
     ("admin", "/v1/models", f'{{"name": "m", "base_model": "{NUL}"}}', "base_model"),
@@ -95,13 +96,24 @@ NUMBER_CASES = [  # NaN, Infinity, 1e400 anywhere: refused when parsed
     ("worker", "/v1/jobs/lease", '{"worker_id": "{worker_id}", "capacity": Infinity}', None),
     ("admin", "/v1/batches", f'{{"tasks": [{_task()}], "priority": -Infinity}}', None),
     ("worker", "/v1/jobs/{job_id}/complete",
-     '{"lease_token": "{lease_token}", "result": {"score": NaN}}', None),
+     '{"lease_token": "{lease_token}", "kind": "episode", "result": {"score": NaN}}', None),
     ("worker", "/v1/jobs/{job_id}/steps",
      '{"lease_token": "{lease_token}", "step": {"index": 0, "latency_ms": 1e400}}', None),
     ("worker", "/v1/jobs/{job_id}/complete",
-     '{"lease_token": "{lease_token}", "result": {"info": {"x": -1e999}}}', None),
+     '{"lease_token": "{lease_token}", "kind": "episode", "result": {"info": {"x": -1e999}}}',
+     None),
     ("admin", "/v1/models", '{"name": "m", "base_model": "b", "metrics": {"reward": NaN}}', None),
 ]
+GROUP = {"state": {"step_index": 0, "instruction": "i", "app": "a", "screenshot": "k",
+                   "screen_width": 1280, "screen_height": 800},
+         "target": {"type": "wait"}, "candidates": [{"plan": "p", "reward": 0}]}
+BIG = 32589158477190044731  # a step index a fuzzer sent: the replay's int cast overflowed
+
+
+def _group(**state: Any) -> str:
+    return json.dumps({**GROUP, "state": {**GROUP["state"], **state}})  # type: ignore[dict-item]
+
+
 RANGE_CASES = [  # integers past their column, strings longer than theirs
     ("worker", "/v1/workers/{worker_id}/heartbeat", '{"busy_slots": 2147483648}', "busy_slots"),
     ("worker", "/v1/jobs/{job_id}/steps",
@@ -126,6 +138,36 @@ RANGE_CASES = [  # integers past their column, strings longer than theirs
                    "screen_width": 1280, "screen_height": 800},
          "target": {"type": "wait"}, "candidates": [{"plan": "p", "reward": 0}],
          "planner_version": "v" * 300}) + "}", "planner_version"),
+    # numbers past what their readers hold (an index read as int, a tensor's token id, a
+    # screen coordinate, a time), through every route that writes them
+    ("worker", "/v1/groups", f'{{"group": {_group(step_index=BIG)}}}', "step_index"),
+    ("worker", "/v1/groups", f'{{"group": {_group(step_index=100_001)}}}', "step_index"),
+    ("worker", "/v1/groups", f'{{"group": {_group(screen_width=2**31)}}}', "screen_width"),
+    ("worker", "/v1/groups", '{"group": ' + json.dumps(
+        {**GROUP, "candidates": [{"plan": "p", "reward": 0, "token_ids": [2**40]}]}) + "}",
+     "token_ids"),
+    ("worker", "/v1/groups", '{"group": ' + json.dumps(
+        {**GROUP, "candidates": [{"plan": "p", "reward": 0, "token_count": 2**31}]}) + "}",
+     "token_count"),
+    ("worker", "/v1/jobs/{group_job_id}/complete",
+     f'{{"lease_token": "{{group_job_token}}", "kind": "group", '
+     f'"result": {{"group": {_group(step_index=BIG)}}}}}', "step_index"),
+    ("worker", "/v1/jobs/{job_id}/steps",
+     '{"lease_token": "{lease_token}", "step": {"index": 0, "latency_ms": 1e300}}',
+     "latency_ms"),
+    ("worker", "/v1/jobs/{job_id}/steps", '{"lease_token": "{lease_token}", "step": '
+     '{"index": 0, "action": {"type": "click", "x": 1099511627776, "y": 1}}}', "x"),
+    ("worker", "/v1/jobs/{job_id}/steps", '{"lease_token": "{lease_token}", "step": '
+     '{"index": 0, "attempt": 9223372036854775808}}', "attempt"),
+    ("worker", "/v1/jobs/{job_id}/complete", '{"lease_token": "{lease_token}", "kind": '
+     '"episode", "result": {"steps": 2147483648}}', "steps"),
+    ("worker", "/v1/jobs/{job_id}/complete", '{"lease_token": "{lease_token}", "kind": '
+     '"episode", "result": {"info": {"end": "DONE", "verdict": "success", "slot": 0, '
+     '"overhead_ms": [1e300]}}}', "overhead_ms"),
+    ("admin", "/v1/jobs", '{"kind": "group", "payload": {"episode_id": "{episode_id}", '
+     '"attempt": 2147483648, "step_index": 0}}', "attempt"),
+    ("worker", "/v1/training/metrics", '{"run": "r", "update": 2147483648, '
+     '"planner_version": "v"}', "update"),
 ]
 TASK_CASES = [  # task documents with fields of the wrong type (ScienceBoard and OSWorld)
     *[(_task(steps=v), "steps") for v in ('"abc"', "null", "[1]", "1.5")],
@@ -258,8 +300,12 @@ def test_group_job_results_must_carry_a_valid_group(module_master, seeded, http)
                           ({"group": {"state": 5}}, "state"),
                           ({"group": {"candidates": []}}, "candidates")):
         r = http.post(url, headers=h, json={"lease_token": seeded.group_job_token,
-                                            "result": result})
+                                            "kind": "group", "result": result})
         _check(r, 422, field)
+    # a result of another kind for this group job: refused naming the kind, nothing changed
+    r = http.post(url, headers=h, json={"lease_token": seeded.group_job_token,
+                                        "kind": "episode", "result": {"success": True}})
+    _check(r, 422, "kind")
     assert _counts(http) == before
     job = http.get(f"/v1/jobs/{seeded.group_job_id}", headers=h).json()
     assert job["status"] == "leased"  # not marked succeeded

@@ -14,8 +14,10 @@ import redis.asyncio as aioredis
 
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
+from coda.contracts.jobs import EpisodeResult, Job, JudgeJobResult
 from coda.contracts.master_api import WorkerRegister
-from coda.contracts.records import Job, JobKind, Step
+from coda.contracts.records import JobKind, Step
+from coda.contracts.training import Verdict
 from coda.urls import to_plain_postgres_url
 from tests.fixtures.master import TEST_CLOCK
 from tests.master.conftest import submit
@@ -41,10 +43,10 @@ async def _work(client: MasterClient, worker: uuid.UUID, rng: random.Random,
                 if rng.random() < 0.2:
                     await client.fail(job, "raced", retry=rng.random() < 0.5)
                 elif job.kind is JobKind.EPISODE:
-                    await client.complete(job, {"success": rng.random() < 0.5})
+                    await client.complete(job, EpisodeResult(success=rng.random() < 0.5))
                     finished.append(1)
                 else:
-                    await client.complete(job, {"verdict": {"correct": False}})
+                    await client.complete(job, JudgeJobResult(verdict=Verdict(correct=False)))
             except ServiceError as exc:
                 assert exc.status == 409, (exc.status, exc.detail)
         await asyncio.sleep(0)

@@ -11,8 +11,16 @@ import pytest
 
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
-from coda.contracts.master_api import GroupJobPayload, JobCreate, JudgeJobPayload
-from coda.contracts.records import Job, JobKind, JudgeMode, ScreenSize, Step, StepLabel, Worker
+from coda.contracts.jobs import (
+    EpisodeResult,
+    GroupJob,
+    GroupJobResult,
+    Job,
+    JudgeJob,
+    JudgeJobResult,
+)
+from coda.contracts.master_api import GroupJobCreate
+from coda.contracts.records import JobKind, JudgeMode, ScreenSize, Step, StepLabel, Worker
 from coda.contracts.training import (
     Candidate,
     Group,
@@ -82,7 +90,7 @@ async def _run_episode(admin: MasterClient, wclient: MasterClient, worker: Worke
     await wclient.report_step(job, Step(index=actions, thought="garbage", screenshot=KEY,
                                         screen=SCREEN, outcome="parse_error",
                                         error="no action"))
-    await wclient.complete(job, {"success": success, "steps": actions + 1})
+    await wclient.complete(job, EpisodeResult(success=success, steps=actions + 1))
     return created.episode_ids[0]  # type: ignore[no-any-return]
 
 
@@ -91,13 +99,13 @@ async def _lease_all(wclient: MasterClient, worker: Worker, kind: JobKind) -> li
 
 
 def _group(episode: uuid.UUID, step: int, rewards: list[float],
-           version: str | None) -> dict[str, Any]:
+           version: str | None) -> GroupJobResult:
     state = StateRef(episode_id=episode, step_index=step, instruction="plot", app="KAlgebra",
                      screenshot=KEY, screen_width=1280, screen_height=800)
     group = Group(state=state, target={"type": "hotkey", "keys": ["ctrl", "s"]},
                   candidates=[Candidate(plan=f"Thought: {r}", reward=r, planner_version=version)
                               for r in rewards], planner_version=version)
-    return {"group": group.model_dump(mode="json")}
+    return GroupJobResult(group=group)
 
 
 async def test_episode_judge_groups_chain(admin: MasterClient, wclient: MasterClient,
@@ -105,24 +113,27 @@ async def test_episode_judge_groups_chain(admin: MasterClient, wclient: MasterCl
     episode = await _run_episode(admin, wclient, worker, success=True, group_size=3)
     [judge] = await _lease_all(wclient, worker, JobKind.JUDGE)
     assert judge.id == judge_job_id(episode)
-    assert JudgeJobPayload.model_validate(judge.payload).episode_id == episode
+    assert isinstance(judge, JudgeJob) and judge.payload.episode_id == episode
     with pytest.raises(ServiceError) as err:  # a result that is no verdict: 422, no change
-        await wclient.complete(judge, {"verdict": {"correct": "maybe"}})
+        await wclient.send("POST", f"/v1/jobs/{judge.id}/complete", {
+            "lease_token": judge.lease_token, "kind": "judge",
+            "result": {"verdict": {"correct": "maybe"}}})
     assert err.value.status == 422
-    assert err.value.detail[0]["loc"][:4] == ["body", "result", "verdict", "correct"]
-    await wclient.complete(judge, {"verdict": Verdict(correct=True).model_dump(mode="json")})
+    assert err.value.detail[0]["loc"][:5] == ["body", "judge", "result", "verdict", "correct"]
+    await wclient.complete(judge, JudgeJobResult(verdict=Verdict(correct=True)))
 
     ep = await admin.get_episode(episode)
     assert ep.verdict is not None and ep.verdict.positive_steps == [0, 1, 2]
     assert [s.label for s in ep.steps or []] == [StepLabel.POSITIVE] * 3
     assert all(s.screen == SCREEN for s in ep.steps or [])
     groups = await _lease_all(wclient, worker, JobKind.GROUP)
-    payloads = sorted((GroupJobPayload.model_validate(g.payload) for g in groups),
+    assert all(isinstance(g, GroupJob) for g in groups)
+    payloads = sorted((g.payload for g in groups if isinstance(g, GroupJob)),
                       key=lambda p: p.step_index)
     # the step without an action gets no group job
     assert [(p.step_index, p.group_size, p.attempt, p.planner_version) for p in payloads] == [
         (0, 3, 1, None), (1, 3, 1, None)]
-    by_step = {GroupJobPayload.model_validate(g.payload).step_index: g for g in groups}
+    by_step = {g.payload.step_index: g for g in groups if isinstance(g, GroupJob)}
     await wclient.complete(by_step[0], _group(episode, 0, [0.0, 1.0, 0.5], None))
     await wclient.complete(by_step[1], _group(episode, 1, [1.0, 1.0, 1.0], None))
     status = await admin.status()
@@ -157,7 +168,7 @@ async def test_a_retried_judge_job_creates_nothing_twice(
     await wclient.fail(judge, "lost the answer", retry=True)
     [again] = await _lease_all(wclient, worker, JobKind.JUDGE)
     assert again.id == judge.id and again.attempt == 2
-    await wclient.complete(again, {"verdict": Verdict(correct=True).model_dump(mode="json")})
+    await wclient.complete(again, JudgeJobResult(verdict=Verdict(correct=True)))
     assert len(await _lease_all(wclient, worker, JobKind.GROUP)) == 1  # one, not two
 
 
@@ -167,12 +178,12 @@ async def test_groups_of_an_old_planner_version_are_dropped_as_stale(
         await admin.register_version(ModelVersionCreate(name=name, base_model="tiny"))
     episode = await _run_episode(admin, wclient, worker, success=True, actions=2)
     [judge] = await _lease_all(wclient, worker, JobKind.JUDGE)
-    await wclient.complete(judge, {"verdict": Verdict(correct=True).model_dump(mode="json")})
+    await wclient.complete(judge, JudgeJobResult(verdict=Verdict(correct=True)))
     jobs = await _lease_all(wclient, worker, JobKind.GROUP)
-    assert {GroupJobPayload.model_validate(j.payload).planner_version for j in jobs} == {"v2"}
+    assert {j.payload.planner_version for j in jobs if isinstance(j, GroupJob)} == {"v2"}
     for name in ("v3", "v4"):  # the trainer moved on twice while the groups were sampled
         await admin.register_version(ModelVersionCreate(name=name, base_model="tiny"))
-    by_step = {GroupJobPayload.model_validate(j.payload).step_index: j for j in jobs}
+    by_step = {j.payload.step_index: j for j in jobs if isinstance(j, GroupJob)}
     await wclient.complete(by_step[0], _group(episode, 0, [0.0, 1.0], "v2"))
     await wclient.complete(by_step[1], _group(episode, 1, [0.0, 1.0], "v4"))
     status = await admin.status()
@@ -183,11 +194,12 @@ async def test_a_second_group_job_for_the_same_step_stores_no_second_group(
         admin: MasterClient, wclient: MasterClient, worker: Worker) -> None:
     episode = await _run_episode(admin, wclient, worker, success=True, actions=1)
     [judge] = await _lease_all(wclient, worker, JobKind.JUDGE)
-    await wclient.complete(judge, {"verdict": Verdict(correct=True).model_dump(mode="json")})
+    await wclient.complete(judge, JudgeJobResult(verdict=Verdict(correct=True)))
     [job] = await _lease_all(wclient, worker, JobKind.GROUP)
     await wclient.complete(job, _group(episode, 0, [0.0, 1.0], None))
     # the same step's group job made again by hand (a retry from outside): no second group
-    await admin.create_job(JobCreate(kind=JobKind.GROUP, payload=job.payload))
+    assert isinstance(job, GroupJob)
+    await admin.create_job(GroupJobCreate(kind=JobKind.GROUP, payload=job.payload))
     [again] = await _lease_all(wclient, worker, JobKind.GROUP)
     await wclient.complete(again, _group(episode, 0, [0.0, 0.5], None))
     assert (await admin.status()).groups == {"ready": 1}

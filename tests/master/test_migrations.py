@@ -12,7 +12,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from coda.contracts.history import HistoryStep, ImageRef
 from coda.contracts.records import ScreenSize, Step, StepLabel, StepTimings
+from coda.contracts.training import Group
 from coda.urls import to_plain_postgres_url
 from master.db.migrate import alembic_config, upgrade
 from master.db.models import Base
@@ -88,3 +90,48 @@ async def _old_step_rows(conn: asyncpg.Connection) -> None:
                       (1, {"index": 1, "thought": "no extra", "outcome": "ok", "extra": {}})):
         await conn.execute("insert into steps (episode_id, attempt, idx, body) "
                            "values ($1, 1, $2, $3::jsonb)", episode, idx, json.dumps(body))
+
+
+OLD_GROUP = {"state": {"episode_id": None, "step_index": 3, "instruction": "plot x^2",
+                       "app": "KAlgebra", "screenshot": "sha256/ab/" + "b" * 64 + ".png",
+                       "previous_screenshot": None, "screen_width": 1280, "screen_height": 800,
+                       "history": [{"thought": "Thought: open it", "action_text": "click()",
+                                    "screenshot": "sha256/ab/" + "a" * 64 + ".png"},
+                                   {"thought": "Thought: no screen", "action_text": None,
+                                    "screenshot": None}]},
+             "target": {"type": "wait", "seconds": 1.0},
+             "candidates": [{"plan": "p", "reward": r} for r in (0.0, 1.0)],
+             "planner_version": None}
+
+
+async def test_group_history_migration_types_it_and_drops_the_unfit(
+        fresh_database_url: str) -> None:
+    """0007 turns a stored group's history screenshots (bare keys) into image references, so
+    an old group reads back as a valid Group with the planner's own history shape; a group
+    the contracts' bounds refuse (a step index past what its readers hold, a history step
+    without a text thought) is dropped as ``unfit``; the downgrade restores the bare keys."""
+    cfg = alembic_config(fresh_database_url)
+    await asyncio.to_thread(command.upgrade, cfg, "0006")
+    conn = await asyncpg.connect(to_plain_postgres_url(fresh_database_url))
+    unfit = [{**OLD_GROUP, "state": {**OLD_GROUP["state"], **change}} for change in (
+        {"step_index": 32589158477190044731}, {"step_index": -1}, {"step_index": 2.5},
+        {"history": [{"thought": 5}]}, {"history": [{"thought": "t", "screenshot": "k"}]})]
+    try:
+        for n, body in enumerate([OLD_GROUP, *unfit]):
+            await conn.execute("insert into groups (id, status, body, created_at) values "
+                               "($1, 'ready', $2::jsonb, now() + $3 * interval '1 second')",
+                               uuid.uuid4(), json.dumps(body), n)
+        await asyncio.to_thread(command.upgrade, cfg, "head")
+        rows = await conn.fetch("select status, reason, body from groups order by created_at")
+        group = Group.model_validate(json.loads(rows[0]["body"]))
+        assert rows[0]["status"] == "ready" and group.state.history == [
+            HistoryStep(thought="Thought: open it", action_text="click()",
+                        screenshot=ImageRef(ref="sha256/ab/" + "a" * 64 + ".png")),
+            HistoryStep(thought="Thought: no screen")]
+        assert [(r["status"], r["reason"]) for r in rows[1:]] == [("dropped", "unfit")] * 5
+        await asyncio.to_thread(command.downgrade, cfg, "0006")
+        old = json.loads(await conn.fetchval(
+            "select body from groups order by created_at limit 1"))
+        assert old == OLD_GROUP
+    finally:
+        await conn.close()

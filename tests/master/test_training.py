@@ -48,7 +48,7 @@ async def test_bad_training_input_gets_a_clear_4xx(admin: MasterClient,
     headers = {"authorization": f"Bearer {master.admin_token}"}
     good = {"run": "r", "update": 1, "planner_version": "v", "metrics": {"loss": 1.0}}
     cases = [({**good, "run": "a b"}, "run"), ({**good, "update": -1}, "update"),
-             ({**good, "update": 2**31}, "update"), ({**good, "metrics": {"x y": 1.0}}, "name"),
+             ({**good, "update": 2**31}, "update"), ({**good, "metrics": {"x y": 1.0}}, "[key]"),
              ({**good, "planner_version": "v" * 201}, "planner_version"),
              ({**good, "extra": 1}, "extra")]
     for body, field in cases:

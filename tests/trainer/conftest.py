@@ -20,7 +20,7 @@ from PIL import Image
 from coda.actions import Click
 from coda.artifacts import ArtifactStore
 from coda.clients.planner import PlannerClient
-from coda.contracts.services_api import ImageRef, PlanRequest, Sampling
+from coda.contracts.services_api import HistoryStep, ImageRef, PlanRequest, Sampling
 from coda.contracts.training import Candidate, Group, StateRef
 from coda_app.services import ServiceProcess
 from tests.fixtures.services import TOKENS
@@ -87,8 +87,9 @@ def store_screens(artifacts_dir: Path) -> tuple[str, str]:
 def make_state(screen: str, previous: str) -> StateRef:
     return StateRef(step_index=1, instruction=INSTRUCTION, app="demo", screenshot=screen,
                     screen_width=112, screen_height=84, previous_screenshot=previous,
-                    history=[{"thought": "Thought: open the menu\nAction: click",
-                              "action_text": "click(start_box='(1,2)')", "screenshot": previous}])
+                    history=[HistoryStep(thought="Thought: open the menu\nAction: click",
+                                         action_text="click(start_box='(1,2)')",
+                                         screenshot=ImageRef(ref=previous))])
 
 
 async def sample_group(planner: PlannerClient, state: StateRef, *, n: int, seed: int,
@@ -98,9 +99,7 @@ async def sample_group(planner: PlannerClient, state: StateRef, *, n: int, seed:
         instruction=state.instruction, screenshot=ImageRef(ref=state.screenshot),
         previous_screenshot=ImageRef(ref=state.previous_screenshot)
         if state.previous_screenshot else None,
-        history=[{"thought": h["thought"], "action_text": h.get("action_text"),
-                  "screenshot": ImageRef(ref=h["screenshot"]) if h.get("screenshot") else None}
-                 for h in state.history],
+        history=state.history,
         n=n, sampling=Sampling(temperature=1.0, top_p=0.9, max_tokens=max_tokens, seed=seed),
         return_logprobs=logprobs)
     plans = (await planner.plan(req)).plans

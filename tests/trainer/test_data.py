@@ -3,6 +3,7 @@ log-probs of encoding each plan separately and of the model's own sampling."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,17 @@ def tiny(tiny_model_dir: Path) -> tuple[Any, Any]:
     return processor, model
 
 
-def state_with_history(keys: list[str], steps: int) -> StateRef:
-    history = [{"thought": f"Thought: step {i}\nAction: click", "action_text": "click()",
-                "screenshot": keys[i % 2]} for i in range(steps)]
+def state_with_history(keys: list[str], steps: int, *, inline: Path | None = None) -> StateRef:
+    """A state after ``steps`` past steps; their screenshots are store keys, or with
+    ``inline`` (the store's folder) the images themselves."""
+    def image(key: str) -> ImageRef:
+        if inline is None:
+            return ImageRef(ref=key)
+        data = (inline / key).read_bytes()
+        return ImageRef(b64="data:image/png;base64," + base64.b64encode(data).decode())
+
+    history = [HistoryStep(thought=f"Thought: step {i}\nAction: click", action_text="click()",
+                           screenshot=image(keys[i % 2])) for i in range(steps)]
     return StateRef(step_index=steps, instruction=INSTRUCTION, app="demo", screenshot=keys[2],
                     screen_width=112, screen_height=84,
                     previous_screenshot=keys[(steps - 1) % 2] if steps else None,
@@ -60,15 +69,16 @@ def plan_request(state: StateRef) -> PlanRequest:
         instruction=state.instruction, screenshot=ImageRef(ref=state.screenshot),
         previous_screenshot=ImageRef(ref=state.previous_screenshot)
         if state.previous_screenshot else None,
-        history=[HistoryStep(thought=h["thought"], action_text=h["action_text"],
-                             screenshot=ImageRef(ref=h["screenshot"])) for h in state.history])
+        history=state.history)  # one shape: the stored history is the request's
 
 
-@pytest.mark.parametrize(("steps", "max_turns", "keep_images"),
-                         [(0, 15, 1), (1, 15, 1), (4, 15, 2), (20, 15, 1), (3, 2, 0), (3, 0, 1)])
+@pytest.mark.parametrize(("steps", "max_turns", "keep_images", "inline"), [
+    (0, 15, 1, False), (1, 15, 1, False), (4, 15, 2, False), (20, 15, 1, False),
+    (3, 2, 0, False), (3, 0, 1, False), (4, 15, 2, True)])
 async def test_the_trainer_builds_the_planner_service_input(
-        store_dir: Path, keys: list[str], steps: int, max_turns: int, keep_images: int) -> None:
-    state = state_with_history(keys, steps)
+        store_dir: Path, keys: list[str], steps: int, max_turns: int, keep_images: int,
+        inline: bool) -> None:
+    state = state_with_history(keys, steps, inline=store_dir if inline else None)
     settings = PlannerSettings(artifacts_url=f"file://{store_dir}", max_turns=max_turns,
                                keep_images=keep_images)
     service = await build_messages(plan_request(state),

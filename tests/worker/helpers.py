@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from PIL import Image
 
+from coda.contracts.desktop import WindowInfo
 from worker.providers.client import GuestClient
 
 T = TypeVar("T")
@@ -27,11 +28,11 @@ def wait_until(probe: Callable[[], T], what: str, timeout: float = 30.0) -> T:
         time.sleep(0.05)
 
 
-def window(guest: GuestClient | None, needle: str) -> dict[str, Any] | None:
+def window(guest: GuestClient | None, needle: str) -> WindowInfo | None:
     """The first window whose title or class contains ``needle`` (case-insensitive)."""
     n = needle.lower()
     for w in (guest.windows() if guest is not None else None) or []:
-        if n in w["title"].lower() or any(n in c.lower() for c in w["wm_class"]):
+        if n in w.title.lower() or any(n in c.lower() for c in w.wm_class):
             return w
     return None
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coda.contracts.desktop import Verdict
+from coda.contracts.desktop import CheckVerdict
 from worker.providers.docker import DockerProvider, DockerSettings
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
 from worker.tasks import run_checkers
@@ -39,8 +39,8 @@ def test_grass_task_wrong_then_right_in_a_desktop_container(desktop: ContainerDe
     ctx = setup_task(desktop, "B-11")
     assert ctx.rw("/home/user") == "/home/user"  # the task's own paths, unrewritten
     outcome = run_checkers(ctx, console("v.info map=roadsmajor@PERMANENT")(desktop, ctx))
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     outcome = run_checkers(ctx, console("v.info map=boundary_region@PERMANENT")(desktop, ctx))
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     ports = desktop.container.attrs["NetworkSettings"]["Ports"] or {}
     assert set(ports) <= {"5000/tcp", "8000/tcp"}, ports

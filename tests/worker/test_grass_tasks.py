@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from coda.contracts.desktop import CheckStatus, EpisodeEnd, Verdict
+from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd
 from worker.providers.image import grassdata
 from worker.providers.local import LocalDesktop
 from worker.tasks import run_checkers
@@ -86,10 +86,10 @@ def test_grass_task_wrong_then_right_on_the_real_grass(desktop: LocalDesktop, na
     families, wrong, right = CASES[name]
     ctx = setup_task(desktop, name, reset=False)
     outcome = run_checkers(ctx, wrong(desktop, ctx))
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert any(r.status is CheckStatus.FAIL for r in outcome.results)
     outcome = run_checkers(ctx, right(desktop, ctx))
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert sorted({r.type for r in outcome.results}) == sorted(set(families))
 
 
@@ -97,6 +97,6 @@ def test_a_reset_restores_the_data_sets(desktop: LocalDesktop) -> None:
     """D-02 deletes a column; after the slot's reset the next episode finds it again."""
     ctx = setup_task(desktop, "D-02", reset=False)
     console("v.db.dropcolumn map=boundary_region columns=ISTAT")(desktop, ctx)
-    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is Verdict.SUCCESS
+    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is CheckVerdict.SUCCESS
     ctx = setup_task(desktop, "D-02")
-    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is Verdict.FAILURE
+    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is CheckVerdict.FAILURE

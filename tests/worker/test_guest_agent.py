@@ -63,9 +63,8 @@ def test_typing_into_xterm_creates_a_file_and_the_screenshot_shows_it(
     guest.launch(["xterm", "-geometry", "80x12+40+40", "-bg", "white", "-fg", "black"])
     term = wait_until(lambda: window(guest, "xterm"), "the xterm window")
     assert term is not None
-    box = (term["x"], term["y"], term["x"] + term["width"], term["y"] + term["height"])
-    assert desktop.act(Click(x=term["x"] + term["width"] // 2,
-                             y=term["y"] + term["height"] // 2)).ok
+    box = (term.x, term.y, term.x + term.width, term.y + term.height)
+    assert desktop.act(Click(x=term.x + term.width // 2, y=term.y + term.height // 2)).ok
     before = desktop.observe().image
     # '<' '>' '{' are typed right (pyautogui alone types '<' as '>' on this keymap)
     assert desktop.act(TypeText(text="echo 'a<b>c {x}' > ~/typed.txt\n")).ok
@@ -183,5 +182,5 @@ def test_close_apps_ends_everything_the_agent_started(desktop: LocalDesktop) -> 
     guest.launch("sleep 300 & sleep 301", shell=True)
     wait_until(lambda: window(guest, "xterm"), "the xterm window")
     reply = guest.close_apps()
-    assert reply["killed"] >= 3 and reply["windows"] == []
+    assert reply.killed >= 3 and reply.windows == []
     assert commands.marked_pids(desktop.id) == []

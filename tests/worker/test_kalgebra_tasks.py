@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Hotkey, Press, TypeText
-from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, Verdict
+from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
@@ -94,7 +94,7 @@ def _run(desktop: LocalDesktop, name: str, solution: Solution) -> CheckOutcome:
 def test_kalgebra_task_solved_on_the_real_kalgebra(desktop: LocalDesktop, name: str) -> None:
     types, right, _ = CASES[name]
     outcome = _run(desktop, name, right)
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert [r.type for r in outcome.results] == types
 
 
@@ -102,14 +102,14 @@ def test_kalgebra_task_solved_on_the_real_kalgebra(desktop: LocalDesktop, name: 
 def test_kalgebra_task_with_a_wrong_solution_fails(desktop: LocalDesktop, name: str) -> None:
     _, _, wrong = CASES[name]
     outcome = _run(desktop, name, wrong)
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert any(r.status is CheckStatus.FAIL for r in outcome.results)
 
 
 def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) -> None:
     """A-01 wants p = ``1+-i``: the Variables panel shows a number's real part only."""
     outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
-    assert outcome.verdict is Verdict.UNDECIDED, outcome
+    assert outcome.verdict is CheckVerdict.UNDECIDED, outcome
     assert outcome.results[0].status is CheckStatus.UNAVAILABLE
 
 
@@ -118,17 +118,17 @@ def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) ->
 # digits), not numbers
 EXPRESSIONS = [
     # C-01's val (p = log_2(3) = 1.58496250072): Analitza calculates the shown expression
-    ("C-01", "p:=-sqrt(3)+3.31701330829003", "-sqrt(3)+3.31701330829", Verdict.SUCCESS),
-    ("C-01", "p:=-sqrt(2)+3.31701330829003", "-sqrt(2)+3.31701330829", Verdict.FAILURE),
+    ("C-01", "p:=-sqrt(3)+3.31701330829003", "-sqrt(3)+3.31701330829", CheckVerdict.SUCCESS),
+    ("C-01", "p:=-sqrt(2)+3.31701330829003", "-sqrt(2)+3.31701330829", CheckVerdict.FAILURE),
     # A-01's var (p = 1+-i, Analitza's text of 1-i)
-    ("A-01", "p:=sqrt(1)-i", "sqrt(1)-i", Verdict.SUCCESS),
-    ("A-01", "p:=sqrt(1)+i", "sqrt(1)+i", Verdict.FAILURE),
+    ("A-01", "p:=sqrt(1)-i", "sqrt(1)-i", CheckVerdict.SUCCESS),
+    ("A-01", "p:=sqrt(1)+i", "sqrt(1)+i", CheckVerdict.FAILURE),
 ]
 
 
 @pytest.mark.parametrize(("name", "typed", "shown", "verdict"), EXPRESSIONS)
 def test_a_value_the_panel_shows_as_an_expression_is_calculated(
-        desktop: LocalDesktop, name: str, typed: str, shown: str, verdict: Verdict) -> None:
+        desktop: LocalDesktop, name: str, typed: str, shown: str, verdict: CheckVerdict) -> None:
     """Typed into the real KAlgebra's console, the value stays exact and the Variables panel
     shows an expression; the checker compares the value Analitza (``calgebra`` in the slot)
     calculates from it, as the application's value is meant: right passes, wrong fails."""

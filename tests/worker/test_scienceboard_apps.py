@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coda.actions import Action, Hotkey, Press, TypeText
-from coda.contracts.desktop import CheckOutcome, CheckStatus, EpisodeEnd, Verdict
+from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
@@ -60,7 +60,7 @@ def _run_texstudio_task(desktop: LocalDesktop, name: str, actions: list[Action])
 @pytest.mark.parametrize("name", sorted(TEXSTUDIO_CASES))
 def test_texstudio_task_solved_on_the_real_texstudio(desktop: LocalDesktop, name: str) -> None:
     outcome = _run_texstudio_task(desktop, name, TEXSTUDIO_CASES[name][0])
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert [(r.type, r.status) for r in outcome.results] == [
         ("file", CheckStatus.PASS), ("compile", CheckStatus.PASS)]
 
@@ -68,7 +68,7 @@ def test_texstudio_task_solved_on_the_real_texstudio(desktop: LocalDesktop, name
 @pytest.mark.parametrize("name", sorted(TEXSTUDIO_CASES))
 def test_texstudio_task_with_a_wrong_edit_fails(desktop: LocalDesktop, name: str) -> None:
     outcome = _run_texstudio_task(desktop, name, TEXSTUDIO_CASES[name][1])
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert outcome.results[0].type == "file"
     assert outcome.results[0].status is CheckStatus.FAIL
 
@@ -83,7 +83,7 @@ def test_kalgebra_task_setup_starts_the_real_kalgebra(desktop: LocalDesktop) -> 
     assert window(ctx.guest, "kalgebra") is not None
     # nothing done: p is not defined, read from KAlgebra's Variables panel
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert outcome.results[0].status is CheckStatus.FAIL
 
 
@@ -97,7 +97,7 @@ def test_kalgebra_state_steps_run_through_its_own_interface(desktop: LocalDeskto
     assert report.ok, report.first_problem
     # the trifolium is still plotted: "delete it" is not done
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.FAILURE, outcome
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert "1 curves" in outcome.results[0].detail
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from coda.actions import Answer, Click, Done, Fail
-from coda.contracts.desktop import BrokenReason, CheckStatus, EpisodeEnd, StepStatus, Verdict
+from coda.contracts.desktop import BrokenReason, CheckStatus, CheckVerdict, EpisodeEnd, StepStatus
 from coda.tasks import load_task_file, parse_task
 from worker.providers.base import GuestLayout
 from worker.providers.client import GuestClient
@@ -63,7 +63,7 @@ def test_an_unknown_setup_step_is_a_typed_unsupported_outcome_and_stops_setup() 
 def test_an_unknown_checker_is_unsupported_never_a_pass() -> None:
     task = sb_task([], [{"type": "telepathy", "key": "x"}])
     outcome = run_checkers(offline_ctx(task), EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.UNDECIDED and outcome.success is None
+    assert outcome.verdict is CheckVerdict.UNDECIDED and outcome.success is None
     assert outcome.results[0].status is CheckStatus.UNSUPPORTED
     assert "'telepathy'" in outcome.results[0].detail
     unknown_metric = osworld_task([], {"func": "compare_pptx_files", "result": {"type": "rule"}})
@@ -73,18 +73,18 @@ def test_an_unknown_checker_is_unsupported_never_a_pass() -> None:
 
 def test_a_task_without_checkers_is_left_to_the_judge() -> None:
     outcome = run_checkers(offline_ctx(sb_task([], [])), EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.NO_CHECKER and outcome.success is None
+    assert outcome.verdict is CheckVerdict.NO_CHECKER and outcome.success is None
 
 
 @pytest.mark.parametrize(("last", "verdict"), [
-    (Answer(text="13"), Verdict.SUCCESS),
-    (Answer(text="4098"), Verdict.FAILURE),
-    (Answer(text="13 steps"), Verdict.FAILURE),
-    (Done(), Verdict.FAILURE),
-    (Fail(), Verdict.FAILURE),
-    (None, Verdict.FAILURE),
+    (Answer(text="13"), CheckVerdict.SUCCESS),
+    (Answer(text="4098"), CheckVerdict.FAILURE),
+    (Answer(text="13 steps"), CheckVerdict.FAILURE),
+    (Done(), CheckVerdict.FAILURE),
+    (Fail(), CheckVerdict.FAILURE),
+    (None, CheckVerdict.FAILURE),
 ])
-def test_scienceboard_stop_rules(last: Any, verdict: Verdict) -> None:
+def test_scienceboard_stop_rules(last: Any, verdict: CheckVerdict) -> None:
     task = load_task_file(TASKS / "TeXstudio" / "D-01.json")  # evaluate: stop ANS ["13"]
     outcome = run_checkers(offline_ctx(task), episode_end(last))
     assert outcome.verdict is verdict, outcome
@@ -101,11 +101,12 @@ def test_episode_end_from_the_last_action() -> None:
 def test_osworld_infeasible_and_fail_rules() -> None:
     infeasible = osworld_task([], {"func": "infeasible"})
     assert run_checkers(offline_ctx(infeasible), EpisodeEnd(kind="FAIL")).verdict is \
-        Verdict.SUCCESS
+        CheckVerdict.SUCCESS
     assert run_checkers(offline_ctx(infeasible), EpisodeEnd(kind="DONE")).verdict is \
-        Verdict.FAILURE
+        CheckVerdict.FAILURE
     normal = osworld_task([], {"func": "exact_match", "result": {"type": "rule"}})
-    assert run_checkers(offline_ctx(normal), EpisodeEnd(kind="FAIL")).verdict is Verdict.FAILURE
+    assert run_checkers(offline_ctx(normal), EpisodeEnd(kind="FAIL")).verdict is \
+        CheckVerdict.FAILURE
 
 
 def test_task_lambdas_from_the_bundled_chimerax_tasks_compile() -> None:
@@ -195,11 +196,11 @@ def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
     wait_until(lambda: window(ctx.guest, "osworld-cfg"), "the launched xterm")
     assert ctx.guest.read_file(ctx.rw(f"{home}/Downloads/fetched.txt")) == local.read_bytes()
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.SUCCESS, outcome
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     wait_until(lambda: window(ctx.guest, "osworld-cfg") is None, "postconfig to close the xterm")
     ctx.guest.execute("echo error >> ~/copy.txt", shell=True)
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
-    assert outcome.verdict is Verdict.FAILURE
+    assert outcome.verdict is CheckVerdict.FAILURE
     assert outcome.results[0].detail == "score 0.000"
 
 
@@ -225,7 +226,7 @@ def test_texstudio_checkers_on_touched_files(desktop: LocalDesktop, tmp_path: Pa
     assert [r.status for r in outcome.results] == [
         CheckStatus.FAIL, CheckStatus.PASS, CheckStatus.PASS]
     ctx.guest.execute(["sed", "-i", "s/xxx/42/", ctx.rw("/home/user/atelier/main.tex")])
-    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is Verdict.SUCCESS
+    assert run_checkers(ctx, EpisodeEnd(kind="DONE")).verdict is CheckVerdict.SUCCESS
     ctx.guest.execute(["sed", "-i", "s/42/\\\\undefinedmacro/",
                        ctx.rw("/home/user/atelier/main.tex")])
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from coda.actions import Hotkey
+from coda.contracts.history import ImageRef
+from coda.contracts.jobs import JudgeJobResult
 from coda.contracts.records import Episode, EpisodeStatus, Step
+from coda.contracts.training import Verdict, Vote
 from worker.episode import StepTimes
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
@@ -44,13 +47,12 @@ def test_history_keeps_steps_with_plan_text_and_clips_it() -> None:
 def test_storable_removes_nul_from_model_output_everywhere() -> None:
     # a tiny judge's raw vote held a NUL: the master refused the verdict (422) and the judge job
     # failed; every result and step now goes out without NULs
-    verdict = {"correct": False, "votes": [{"raw": "a\x00b", "score": 1.5, "ok": None}],
-               "k\x00": ["x\x00", 3, {"deep": ["\x00"]}]}
-    assert storable(verdict) == {"correct": False, "votes": [{"raw": "ab", "score": 1.5,
-                                                                "ok": None}],
-                                 "k": ["x", 3, {"deep": [""]}]}
-    same = {"text": "no nul here"}
-    assert storable(same)["text"] is same["text"]
+    result = JudgeJobResult(verdict=Verdict(correct=False, error_type="x\x00", votes=[
+        Vote(model="m\x00", raw="a\x00b", parsed=True, redundant=[3])]))
+    clean = storable(result)
+    assert isinstance(clean, JudgeJobResult) and clean.verdict.error_type == "x"
+    assert clean.verdict.votes == [Vote(model="m", raw="ab", parsed=True, redundant=[3])]
+    assert storable(step(0)) == step(0)
 
 
 def test_attempt_steps_default_to_the_latest_attempt() -> None:
@@ -79,7 +81,8 @@ def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
     assert state.step_index == 1 and state.instruction == "fix the typo"
     assert (state.screen_width, state.screen_height) == (1920, 1080)
     assert state.previous_screenshot == KEY and len(state.history) == 1
-    assert state.history[0]["screenshot"] == KEY and target_step.index == 1
+    assert state.history[0].screenshot == ImageRef(ref=KEY) and target_step.index == 1
+    assert state.history == history  # one shape: the planner's history is what is stored
     assert [h.screenshot.ref for h in history if h.screenshot] == [KEY]
     with pytest.raises(JobRefused, match="no step 7"):
         state_of(_episode(steps), steps, 7)

@@ -17,6 +17,7 @@ i`` versions behind the policy the planners serve; more than ``max_staleness`` i
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -62,6 +63,12 @@ class UpdateReport:
     metrics: dict[str, float] = field(default_factory=dict)
     policy_version: str | None = None
     published: str | None = None
+
+
+def finite(figures: dict[str, float]) -> dict[str, float]:
+    """The figures a report to the master can carry: the finite ones (JSON and the master hold
+    no NaN or infinity; a diverged loss is left out rather than failing the report)."""
+    return {k: v for k, v in figures.items() if math.isfinite(v)}
 
 
 def loss_settings(cfg: TrainerConfig) -> LossSettings:
@@ -316,10 +323,10 @@ class Trainer:
             return
         if self.cfg.tensorboard_dir:
             self._tensorboard(report)
-        body = TrainingMetricsReport(run=self.cfg.run_name, update=report.update,
-                                     planner_version=report.policy_version or "",
-                                     metrics=report.metrics)
         try:
+            body = TrainingMetricsReport(run=self.cfg.run_name, update=report.update,
+                                         planner_version=report.policy_version or "",
+                                         metrics=finite(report.metrics))
             await self.master.report_training(body)
         except Exception as exc:  # figures must never stop training
             log.warning("trainer.metrics_report_failed", error=str(exc))
@@ -350,7 +357,7 @@ class Trainer:
                     model.save_pretrained(out)
 
             uri = write_model_dir(save, self.cfg.adapter_root(), version)
-            figures = {k: float(metrics[k]) for k in REPORTED if k in metrics}
+            figures = finite({k: float(metrics[k]) for k in REPORTED if k in metrics})
             spec = version_spec(version, base_model=self.cfg.model,
                                 adapter_uri=uri if self.lora else None,
                                 parent=self.state.versions[-1], metrics=figures)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.clients.master import MasterClient
-from coda.contracts.training import JudgedTrajectory
+from coda.contracts.records import JudgedTrajectory, StepOutcome
 from coda.inference.images import encode_data_url
 from coda.prompts.planner import KEEP_IMAGES, PastStep, build_planner_messages
 
@@ -64,8 +64,8 @@ def features() -> Any:
 def trajectory_rows(traj: JudgedTrajectory, images: dict[str, bytes],
                     keep_images: int = KEEP_IMAGES) -> list[dict[str, Any]]:
     """The planner turns of one trajectory (pure; ``images``: artifact key -> bytes)."""
-    steps = sorted((s for s in traj.steps if s.get("outcome", "ok") == "ok"
-                    and s.get("thought") and s.get("screenshot")), key=lambda s: s["index"])
+    steps = sorted((s for s in traj.steps if s.outcome is StepOutcome.OK
+                    and s.thought and s.screenshot), key=lambda s: s.index)
     rows = []
     for i, step in enumerate(steps):
         past = steps[:i]
@@ -74,17 +74,17 @@ def trajectory_rows(traj: JudgedTrajectory, images: dict[str, bytes],
             "episode_id": str(traj.episode_id), "batch_id": str(traj.batch_id),
             "task_id": traj.task_id, "app": traj.app, "instruction": traj.instruction,
             "planner_version": traj.planner_version, "success": traj.success,
-            "verdict_correct": traj.verdict.correct, "step_index": int(step["index"]),
-            "history_texts": [p["thought"] for p in past],
-            "history_images": [{"bytes": images[p["screenshot"]]} for p in kept],
-            "screenshot": {"bytes": images[step["screenshot"]]},
-            "target": step["thought"],
+            "verdict_correct": traj.verdict.correct, "step_index": step.index,
+            "history_texts": [p.thought for p in past],
+            "history_images": [{"bytes": images[p.screenshot or ""]} for p in kept],
+            "screenshot": {"bytes": images[step.screenshot or ""]},
+            "target": step.thought,
         })
     return rows
 
 
 def needed_keys(traj: JudgedTrajectory) -> set[str]:
-    return {s["screenshot"] for s in traj.steps if s.get("screenshot")}
+    return {s.screenshot for s in traj.steps if s.screenshot}
 
 
 @dataclass

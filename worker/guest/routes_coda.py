@@ -8,15 +8,14 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from coda.actions import Action, Wait, to_pyautogui
-from coda.contracts.desktop import ActResult
+from coda.contracts.desktop import ActResult, CloseAppsReply, GuestHealth, WindowInfo
 from worker import __version__
 from worker.guest import commands
 from worker.guest.runner import ActionFailed, ActionTimeout
 from worker.guest.state import StateDep
-from worker.guest.xsession import WindowInfo
 
 AGENT_NAME = "coda-guest"
 health_router = APIRouter(tags=["coda"])
@@ -24,23 +23,22 @@ router = APIRouter(prefix="/coda", tags=["coda"])
 
 
 class ActBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     action: Action
 
 
-class CloseAppsReply(BaseModel):
-    killed: int
-    windows: list[WindowInfo]
-
-
-@health_router.get("/health")
+@health_router.get("/health", response_model=GuestHealth, responses={
+    503: {"model": GuestHealth, "description": "the X display is unavailable"}})
 def health(state: StateDep) -> Any:
     """Readiness (no token needed): the agent answers and its X display is up."""
     try:
         w, h = state.x.screen_size()
     except Exception as exc:
-        return JSONResponse({"status": "x_unavailable", "agent": AGENT_NAME,
-                             "detail": str(exc)}, status_code=503)
-    return {"status": "ok", "agent": AGENT_NAME, "version": __version__, "width": w, "height": h}
+        down = GuestHealth(status="x_unavailable", agent=AGENT_NAME, version=__version__,
+                           detail=str(exc))
+        return JSONResponse(down.model_dump(mode="json"), status_code=503)
+    return GuestHealth(status="ok", agent=AGENT_NAME, version=__version__, width=w, height=h)
 
 
 @router.post("/act")

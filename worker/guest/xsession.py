@@ -8,19 +8,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from Xlib import X, display, error
 
-
-class WindowInfo(BaseModel):
-    id: int
-    title: str
-    wm_class: list[str]
-    pid: int | None
-    x: int
-    y: int
-    width: int
-    height: int
+from coda.contracts.desktop import WindowInfo
 
 
 def ensure_xauthority() -> None:

@@ -24,16 +24,19 @@ from typing import Any
 
 import httpx
 from PIL import Image
+from pydantic import TypeAdapter
 
 from coda.actions import Action, Answer, Done, Fail, to_pyautogui
 from coda.contracts.desktop import (
     ActResult,
     BrokenReason,
+    CloseAppsReply,
     DesktopBroken,
     GuestKind,
     Health,
     ImageFormat,
     Observation,
+    WindowInfo,
 )
 from coda.logging import get_logger
 from worker.guest.capture import encode, is_blank, scale
@@ -43,6 +46,7 @@ OSWORLD_PROBE_S = 1.0
 """Readiness probes of OSWorld's server (each one a screenshot) are this far apart at least."""
 
 log = get_logger("worker.providers")
+WINDOWS: TypeAdapter[list[WindowInfo]] = TypeAdapter(list[WindowInfo])
 
 
 class ScreenshotBudgetSpent(DesktopBroken):
@@ -259,11 +263,13 @@ class GuestClient:
 
     # the project's agent only ------------------------------------------------------------
 
-    def windows(self) -> list[dict[str, Any]] | None:
+    def windows(self) -> list[WindowInfo] | None:
         """Top-level windows, or None when the guest cannot list them (OSWorld's server)."""
         if self.kind is not GuestKind.CODA:
             return None
-        return list(self._ok(self.request("GET", "/coda/windows")).json())
+        return WINDOWS.validate_json(self._ok(self.request("GET", "/coda/windows")).content)
 
-    def close_apps(self) -> dict[str, Any]:
-        return dict(self._ok(self.request("POST", "/coda/close_apps", timeout=60)).json())
+    def close_apps(self) -> CloseAppsReply:
+        """Kill every process the agent started; what it killed and the windows left."""
+        resp = self._ok(self.request("POST", "/coda/close_apps", timeout=60))
+        return CloseAppsReply.model_validate_json(resp.content)

@@ -17,9 +17,9 @@ from coda.contracts.desktop import (
     CheckOutcome,
     CheckResult,
     CheckStatus,
+    CheckVerdict,
     DesktopBroken,
     EpisodeEnd,
-    Verdict,
 )
 from worker.providers.client import GuestError
 from worker.tasks.adapters import app_checker
@@ -79,14 +79,14 @@ def run_item(ctx: TaskContext, item: dict[str, Any], end: EpisodeEnd) -> CheckRe
         return CheckResult(type=kind, status=CheckStatus.ERROR, detail=str(exc))
 
 
-def combine(results: list[CheckResult]) -> Verdict:
+def combine(results: list[CheckResult]) -> CheckVerdict:
     if not results:
-        return Verdict.NO_CHECKER
+        return CheckVerdict.NO_CHECKER
     if any(r.status is CheckStatus.FAIL for r in results):
-        return Verdict.FAILURE
+        return CheckVerdict.FAILURE
     if all(r.status is CheckStatus.PASS for r in results):
-        return Verdict.SUCCESS
-    return Verdict.UNDECIDED
+        return CheckVerdict.SUCCESS
+    return CheckVerdict.UNDECIDED
 
 
 def run_checkers(ctx: TaskContext, end: EpisodeEnd) -> CheckOutcome:

@@ -24,12 +24,12 @@ def launch_step(ctx: TaskContext, step: SetupStep) -> str:
     if before is None:
         ctx.sleep(min(step.wait or 0.0, MAX_SLEEP_S))
         return f"launched; waited {step.wait or 0:g} s (the guest cannot list windows)"
-    known = {w["id"] for w in before}
+    known = {w.id for w in before}
     deadline = time.monotonic() + ctx.launch_timeout_s
     while time.monotonic() < deadline:
-        new = [w for w in ctx.guest.windows() or [] if w["id"] not in known]
+        new = [w for w in ctx.guest.windows() or [] if w.id not in known]
         if new:
-            return f"window {new[0]['title']!r} appeared"
+            return f"window {new[0].title!r} appeared"
         time.sleep(0.1)
     raise StepError(StepStatus.FAILED, f"no window appeared within {ctx.launch_timeout_s:g} s "
                                        f"after launching {command!r}")

@@ -62,7 +62,7 @@ def wait_for_app(desktop: Desktop, titles: list[str], timeout_s: float,
         if windows is None:
             return False
         for w in windows:
-            title = str(w.get("title", "")).lower()
+            title = w.title.lower()
             if any(n in title for n in needles):
                 return True
         if time.monotonic() >= deadline:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from coda.contracts.history import HistoryStep, ImageRef
 from coda.contracts.training import Candidate, Group, StateRef
 from tests.trainer.conftest import CLICK, INSTRUCTION, store_screens
 
@@ -27,7 +28,8 @@ def write_groups(path: Path, screen: str, previous: str, n: int) -> None:
         state = StateRef(step_index=1, instruction=f"{INSTRUCTION} #{k}", app="demo",
                          screen_width=112, screen_height=84,
                          screenshot=screen if k % 2 else previous, previous_screenshot=previous,
-                         history=[{"thought": "Thought: start", "screenshot": previous}])
+                         history=[HistoryStep(thought="Thought: start",
+                                              screenshot=ImageRef(ref=previous))])
         cands = [Candidate(plan=p, reward=((i * (k + 1)) % 4) / 3) for i, p in enumerate(PLANS)]
         groups.append(Group(state=state, target=CLICK, candidates=cands).model_dump(mode="json"))
     path.write_text(json.dumps(groups))

@@ -15,7 +15,7 @@ from coda.contracts.training import Candidate, Group, StateRef
 from tests.trainer.conftest import CLICK, INSTRUCTION, LORA_TARGETS, MAX_PIXELS, store_screens
 from trainer.config import TrainerConfig
 from trainer.data import PromptOptions, encode_group
-from trainer.grpo.loop import Trainer
+from trainer.grpo.loop import Trainer, finite
 from trainer.logprobs import shared_logprobs
 
 PLANS = ["click the file menu", "Open 123 NOW", "save it", "x!"]
@@ -117,3 +117,10 @@ async def test_kl_against_the_disabled_adapter(master, artifacts_dir: Path,  # t
     assert kls[0] == pytest.approx(0.0, abs=1e-9)  # LoRA starts as the identity
     assert kls[-1] > 1e-6
     assert report.metrics["clip_fraction"] >= 0.0 and report.metrics["ratio_mean"] > 0
+
+
+def test_only_finite_figures_are_reported() -> None:
+    """A diverged figure is left out of the report and the version's metrics: the master
+    holds finite numbers only (a NaN there would refuse the whole report or version)."""
+    assert finite({"loss": 0.5, "kl": float("nan"), "ratio": float("inf"),
+                   "clip": float("-inf")}) == {"loss": 0.5}

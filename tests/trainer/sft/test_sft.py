@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from coda.clients.master import MasterClient
+from coda.contracts.jobs import EpisodeJob, EpisodeResult
 from coda.contracts.master_api import BatchCreate, WorkerRegister
-from coda.contracts.records import EpisodeResult, JobKind, ScreenSize, Step
+from coda.contracts.records import JobKind, ScreenSize, Step
 from coda.contracts.training import ModelRole, Verdict
 from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, png
 from trainer.sft.dataset import ExportFilter, export_dataset, load_rows, row_messages
@@ -42,14 +43,15 @@ async def judged_episodes(master) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:  # 
         assert len(jobs) == 3
         ids: dict[str, uuid.UUID] = {}
         for n, job in enumerate(jobs):
-            task = job.payload["task"]["id"]
+            assert isinstance(job, EpisodeJob)
+            task = job.payload.task.id
             for i, thought in enumerate(THOUGHTS):
                 key = (await worker.upload_artifact(png((40 * i, 10 * n, 90)))).key
                 await worker.report_step(job, Step(index=i, thought=thought, screenshot=key,
                                                    screen=ScreenSize(width=90, height=40),
                                                    planner_version="base"))
-            await worker.complete(job, EpisodeResult(success=True, steps=3).model_dump())
-            ids[task] = uuid.UUID(job.payload["episode_id"])
+            await worker.complete(job, EpisodeResult(success=True, steps=3))
+            ids[task] = job.payload.episode_id
         for task, episode in ids.items():
             await worker.set_verdict(episode, Verdict(correct=task != "kalg-2",
                                                       positive_steps=[0, 1, 2]))
