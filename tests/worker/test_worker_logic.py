@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from coda.actions import Hotkey
-from coda.contracts.records import Episode, EpisodeStatus, Step
+from coda.contracts.records import Episode, EpisodeStatus, Step, StepTimings
 from coda.tasks import TaskSpec, load_task_file
-from worker.episode import StepTimes, ready_titles
+from worker.episode import overhead_ms, ready_titles, started_timings
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
 from worker.providers.base import wait_quiet
@@ -100,9 +100,11 @@ def test_ready_titles_name_the_opened_files_else_the_app() -> None:
 
 
 def test_step_overhead_leaves_out_models_and_the_action() -> None:
-    t = StepTimes(total=500, plan_model=100, execute_model=50, act=20, settle=300)
-    assert t.overhead() == 30 and t.record().overhead == 30 and t.record().total == 500
-    assert StepTimes(total=10, settle=20).overhead() == 0
+    t = started_timings().model_copy(update={"total": 500, "plan_model": 100,
+                                             "execute_model": 50, "act": 20, "settle": 300})
+    assert overhead_ms(t) == 30
+    assert overhead_ms(started_timings().model_copy(update={"total": 10, "settle": 20})) == 0
+    assert started_timings().model_dump() == dict.fromkeys(StepTimings.model_fields, 0.0)
 
 
 def test_settings_read_lists_and_json_from_the_environment(monkeypatch: pytest.MonkeyPatch,
