@@ -12,8 +12,10 @@ from pydantic import BaseModel
 
 from coda.actions import Action, Wait, to_pyautogui
 from coda.contracts.desktop import ActResult
+from coda.logging import get_logger
 from worker import __version__
 from worker.guest import commands
+from worker.guest.capture import DisplayUnavailable
 from worker.guest.runner import ActionFailed, ActionTimeout
 from worker.guest.state import StateDep
 from worker.guest.xsession import WindowInfo
@@ -21,6 +23,7 @@ from worker.guest.xsession import WindowInfo
 AGENT_NAME = "coda-guest"
 health_router = APIRouter(tags=["coda"])
 router = APIRouter(prefix="/coda", tags=["coda"])
+log = get_logger("worker.guest")
 
 
 class ActBody(BaseModel):
@@ -37,7 +40,8 @@ def health(state: StateDep) -> Any:
     """Readiness (no token needed): the agent answers and its X display is up."""
     try:
         w, h = state.x.screen_size()
-    except Exception as exc:
+    except DisplayUnavailable as exc:
+        log.warning("guest.display_unavailable", route="health", error=str(exc))
         return JSONResponse({"status": "x_unavailable", "agent": AGENT_NAME,
                              "detail": str(exc)}, status_code=503)
     return {"status": "ok", "agent": AGENT_NAME, "version": __version__, "width": w, "height": h}

@@ -11,6 +11,13 @@ from typing import Any
 from pydantic import BaseModel
 from Xlib import X, display, error
 
+from worker.guest.capture import DisplayUnavailable
+
+X_GONE = (error.DisplayError, error.ConnectionClosedError, error.XauthError, error.XNoAuthError,
+          OSError)
+"""What python-xlib raises when the X server is not there, refuses us or dropped the
+connection (its socket's OSError included)."""
+
 
 class WindowInfo(BaseModel):
     id: int
@@ -34,7 +41,8 @@ def ensure_xauthority() -> None:
 
 
 class XSession:
-    """A lazily opened python-xlib connection guarded by a lock; reconnects after an error."""
+    """A lazily opened python-xlib connection guarded by a lock; reconnects after an error.
+    A display that is gone is :class:`DisplayUnavailable` (the routes answer 503)."""
 
     def __init__(self, name: str | None) -> None:
         self.name = name
@@ -51,16 +59,10 @@ class XSession:
         with self._lock:
             try:
                 return fn(self._display())
-            except (error.DisplayError, error.ConnectionClosedError, OSError):
+            except X_GONE as exc:
                 self._d = None
-                raise
-
-    def alive(self) -> bool:
-        try:
-            self._call(lambda d: d.screen().root.get_geometry())
-            return True
-        except Exception:
-            return False
+                raise DisplayUnavailable(
+                    f"display {self.name}: {type(exc).__name__}: {exc}") from exc
 
     def screen_size(self) -> tuple[int, int]:
         return self._call(lambda d: (d.screen().width_in_pixels, d.screen().height_in_pixels))
