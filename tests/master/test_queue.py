@@ -14,7 +14,8 @@ from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import EpisodeStatus, JobKind, Step
-from tests.master.conftest import eventually, submit
+from tests.fixtures.waiting import wait_for_async
+from tests.master.conftest import submit
 
 
 async def test_lease_heartbeat_step_complete(master, admin, wclient, worker):
@@ -72,7 +73,7 @@ async def test_max_attempts_then_failed_with_reason(master, admin, wclient, work
     master.advance_clock(3)
     async def failed() -> bool:
         return (await wclient.get_job(job2.id)).status == "failed"
-    await eventually(failed)
+    await wait_for_async(failed, "the expiry sweep to fail the job past its attempts")
     state = await wclient.get_job(job2.id)
     assert "lease expired on attempt 2 of 2" in (state.error or "")
     ep = await admin.get_episode(job2.payload["episode_id"])
@@ -130,7 +131,7 @@ async def _polling(master) -> None:  # type: ignore[no-untyped-def]
     """Until a lease request is long-polling on the master (its gauge, not a sleep)."""
     async def waiting() -> bool:
         return await asyncio.to_thread(master.metric, "coda_lease_polls_waiting") >= 1
-    await eventually(waiting)
+    await wait_for_async(waiting, "a lease request long-polling on the master")
 
 
 async def test_long_poll_returns_when_work_arrives(master, admin, wclient, worker):
@@ -151,7 +152,7 @@ async def test_redis_data_loss_rebuilds_queue(master, admin, wclient, worker):
 
     async def rebuilt() -> bool:
         return bool(await r.exists(f"{master.env['CODA_REDIS_PREFIX']}:built"))
-    await eventually(rebuilt)
+    await wait_for_async(rebuilt, "the queue rebuilt in Redis")
     await r.aclose()
     rest = await wclient.lease(worker.id, capacity=10)
     assert len(rest) == 4  # nothing lost, nothing duplicated
