@@ -4,7 +4,9 @@ a quiet screen."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -187,3 +189,45 @@ def test_a_model_service_unavailable_fails_the_attempt_not_the_step() -> None:
         assert err.value.reason == "service_unavailable" and err.value.retry
     unavailable("planner", ServiceError(422, "bad", "http://p"))  # a step error, recorded
     unavailable("executor", ServiceError(413, "too long", "http://e"))
+
+
+def _episode_run(report: Coroutine[Any, Any, None]) -> Any:
+    """An episode run whose attempt fails at once, with ``report`` as the step report in
+    flight (only the job's id and the report matter here)."""
+    from types import SimpleNamespace
+
+    from worker.episode import AttemptFailed, EpisodeRun
+
+    run = EpisodeRun(job=SimpleNamespace(id=uuid.uuid4()), desktop=None, master=None,  # type: ignore[arg-type]
+                     planner=None, executor=None, settings=None)  # type: ignore[arg-type]
+
+    async def attempt() -> None:
+        raise AttemptFailed("x_crashed", "the display is gone")
+
+    run._run = attempt  # type: ignore[method-assign]
+    run._report = asyncio.create_task(report)
+    return run
+
+
+async def test_a_failed_attempt_lands_its_step_report_and_raises_its_own_error() -> None:
+    from worker.episode import AttemptFailed, LeaseGone
+
+    async def lost() -> None:
+        raise LeaseGone("the master took the lease back")
+
+    run = _episode_run(lost())
+    with pytest.raises(AttemptFailed):  # the report's loss is logged, not raised instead
+        await run.run()
+    assert run._report is None
+
+
+async def test_a_cancel_while_the_step_report_lands_is_not_swallowed() -> None:
+    landed = asyncio.Event()
+    run = _episode_run(landed.wait())  # type: ignore[arg-type]
+    report = run._report
+    task = asyncio.create_task(run.run())
+    await asyncio.sleep(0)  # the attempt failed; run() waits for the report in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):  # not swallowed, nor the attempt's error raised
+        await task
+    assert report.cancelled()  # the report it waited on goes with it: nothing more is sent
