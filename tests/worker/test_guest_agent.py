@@ -186,3 +186,17 @@ def test_close_apps_ends_everything_the_agent_started(desktop: LocalDesktop) -> 
     reply = guest.close_apps()
     assert reply["killed"] >= 3 and reply["windows"] == []
     assert commands.marked_pids(desktop.id) == []
+
+
+def test_a_display_that_is_not_there_is_display_unavailable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What python-xlib raises for a missing X server becomes the one typed error the routes
+    answer 503 ``x_unavailable`` with."""
+    from worker.guest.capture import DisplayUnavailable
+    from worker.guest.xsession import XSession
+
+    (tmp_path / "xauth").touch()
+    monkeypatch.setenv("XAUTHORITY", str(tmp_path / "xauth"))
+    x = XSession(":4093")  # no X server there
+    with pytest.raises(DisplayUnavailable, match=r"display :4093: DisplayConnectionError"):
+        x.screen_size()
