@@ -96,7 +96,7 @@ class VersionSync:
                 await self.sync()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the poll loop's top: logged, next poll retries
+            except Exception as exc:  # noqa: BLE001 - the poll loop's top: logged, retried
                 log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(self.interval_s)
 
