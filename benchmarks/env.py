@@ -89,7 +89,6 @@ import ctypes.util
 import io
 import json
 import os
-import platform
 import secrets
 import statistics
 import struct
@@ -104,8 +103,9 @@ from typing import Any
 
 from PIL import Image, ImageGrab
 
+from benchmarks.common import configure_bench_logging, machine, median, write_result
 from coda.actions import Click
-from coda.logging import configure_logging, get_logger
+from coda.logging import get_logger
 from worker.providers.base import Desktop
 from worker.providers.client import OSWORLD_PREFIX
 from worker.providers.local import LocalDesktop, LocalProvider, LocalSettings
@@ -167,10 +167,6 @@ def _ms(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) * 1000
-
-
-def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 2)
 
 
 def _open_document(desktop: Desktop, home: Path | str) -> None:
@@ -255,16 +251,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         with ThreadPoolExecutor(len(slots)) as pool:
             list(pool.map(lambda d: d.reset(), slots))
         out[f"start_{args.slots}_slots_s"] = round(time.perf_counter() - start, 3)
-    ours = _median(series["http_png"])
-    osworld = _median(series["osworld_png"])
+    ours = median(series["http_png"])
+    osworld = median(series["osworld_png"])
     out.update({
         "screenshot_ms_1280x800_png": ours,
-        "screenshot_ms_1920x1080_png": _median(big_png),
-        "screenshot_ms_1280x800_webp": _median(series["http_webp"]),
+        "screenshot_ms_1920x1080_png": median(big_png),
+        "screenshot_ms_1280x800_webp": median(series["http_webp"]),
         "osworld_screenshot_ms_1280x800_png": osworld,
         "screenshot_speedup_vs_osworld": round(osworld / ours, 2),
-        "action_roundtrip_ms": _median(series["act"]),
-        "osworld_action_roundtrip_ms": _median(series["osworld_act"]),
+        "action_roundtrip_ms": median(series["act"]),
+        "osworld_action_roundtrip_ms": median(series["osworld_act"]),
     })
     return out
 
@@ -322,7 +318,7 @@ def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
             assert guest is not None
             guest.screenshot()  # warm-up
             shots = [_ms(guest.screenshot) for _ in range(args.shots)]
-            out["docker_screenshot_ms_1280x800_png"] = _median(shots)
+            out["docker_screenshot_ms_1280x800_png"] = median(shots)
             out["docker_memory_mib_per_slot"] = {"idle": idle,
                                                  "texstudio_open": _memory_mib(d.container)}
     # what an episode batch on --slots containers starts with: all of them at once
@@ -512,7 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vsphere-record", type=Path, default=None,
                    help="write a succeeded vsphere episode's record (JSON) here")
     args = p.parse_args(argv)
-    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    configure_bench_logging()
     if args.grass:
         main_grass(args)
         return
@@ -576,14 +572,11 @@ def main(argv: list[str] | None = None) -> None:
         "config": {"resets": args.resets, "shots": args.shots, "actions": args.actions,
                    "episodes": args.episodes, "slots": args.slots, "docker": args.docker,
                    "episode_task": "TeXstudio/C-02 (replay backend)"},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg_before": [round(x, 2) for x in load_before],
-                    "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine(load_before),
         "seconds": round(time.perf_counter() - started, 1),
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
     })
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     log.info("bench.done", out=str(args.out), **{k: v for k, v in result.items()
                                             if isinstance(v, int | float)})
 

@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,16 @@ from typing import Any
 
 import httpx
 
+from benchmarks.common import (
+    configure_bench_logging,
+    machine,
+    median,
+    percentile,
+    rounded,
+    write_result,
+)
 from benchmarks.master_load import Master, local_master
-from coda.logging import configure_logging, get_logger
+from coda.logging import get_logger
 from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess, running_services
 
@@ -87,26 +94,15 @@ def worker_process(master: Master, planner: str, executor: str, token: str, slot
         stop_process(proc, timeout=60, sig=signal.SIGINT)
 
 
-def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 2) if values else 0.0
-
-
-def _p90(values: list[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2)
-
-
 def summarize(episodes: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """The figures of finished episodes (pure)."""
     timings = [s["timings"] for e in episodes for s in e["steps"] or [] if s.get("timings")]
     overhead = [t["overhead"] for t in timings]
     done = [e for e in episodes if e["status"] == "completed"]
     return {
-        "step_overhead_ms": _median(overhead),
-        "step_overhead_ms_p90": _p90(overhead),
-        "step_parts_ms_median": {p: _median([t[p] for t in timings]) for p in PARTS},
+        "step_overhead_ms": median(overhead),
+        "step_overhead_ms_p90": rounded(percentile(overhead, 90)) or 0.0,
+        "step_parts_ms_median": {p: median([t[p] for t in timings]) for p in PARTS},
         "steps": len(timings),
         "episodes": len(episodes),
         "episodes_completed": len(done),
@@ -168,18 +164,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--record", type=Path, default=None,
                    help="write a succeeded episode's record (JSON) here")
     args = p.parse_args(argv)
-    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    configure_bench_logging()
     started = time.monotonic()
     before = list(os.getloadavg())
     result = measure(args.episodes, args.slots, record=args.record)
     result["config"] = {"episodes": args.episodes, "slots": args.slots,
                         "task": "TeXstudio/C-02", "models": "replay backend"}
-    result["machine"] = {"cpus": os.cpu_count(), "loadavg_before": before,
-                         "loadavg_after": list(os.getloadavg())}
+    result["machine"] = machine(before)
     result["seconds"] = round(time.monotonic() - started, 1)
     result["at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     log.info("bench.episodes_done", **{k: v for k, v in result.items()
                                       if k in ("step_overhead_ms", "episodes_per_min")})
 

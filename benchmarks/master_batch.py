@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.loadgen.figures import percentile
+from benchmarks.common import percentile, rounded, write_result
 from benchmarks.master_load import Master, local_master
 from coda.logging import configure_logging, get_logger
 from coda.tasks import load_tasks
@@ -81,13 +81,10 @@ class Prober(threading.Thread):
             bad = sum(1 for t, r, _, st in self.samples
                       if r == route and start <= t <= end and st >= 400)
             out[route] = {"requests": len(ms), "errors": bad,
-                          "max_ms": _r(max(ms) if ms else None),
-                          "p99_ms": _r(percentile(ms, 99)), "p50_ms": _r(percentile(ms, 50))}
+                          "max_ms": rounded(max(ms) if ms else None, 1),
+                          "p99_ms": rounded(percentile(ms, 99), 1),
+                          "p50_ms": rounded(percentile(ms, 50), 1)}
         return out
-
-
-def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 1)
 
 
 def _submit(master: Master, body: bytes) -> tuple[float, float, int, str]:
@@ -146,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coda-bench-") as tmp, \
             local_master(opts, Path(tmp)) as master:
         doc = {"label": args.label, "tasks": args.tasks, **measure(master, args.tasks)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_result(args.out, doc)
     log.info("bench.batch_done", out=str(args.out))
     return 0
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import secrets
 import subprocess
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_result
 from benchmarks.loadgen.harness import cancel_batches, drive, submit_episodes
 from coda.logging import configure_logging, get_logger
 from coda.procs import free_port, start_ready, stop_process
@@ -194,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.url and not args.worker_token and not os.environ.get("CODA_WORKER_TOKENS"):
         raise SystemExit("--url needs --worker-token (or CODA_WORKER_TOKENS) and --admin-token")
     doc = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_result(args.out, doc)
     log.info("bench.load_done", out=str(args.out), slots=doc["slots"],
              requests_per_s=doc["requests_per_s"], p50_ms=doc["p50_ms"], p99_ms=doc["p99_ms"],
              errors=doc["errors"], utilization=doc["utilization"])

@@ -15,7 +15,7 @@ the API has no ``min_tokens``, so lengths are reported rather than forced. The e
 results carry no token counts: its tokens are counted by re-tokenising the raw outputs with
 the model's tokenizer.
 
-    python benchmarks/sampling.py --out benchmarks/results/sampling.json --repeats 5
+    python -m benchmarks.sampling --out benchmarks/results/sampling.json --repeats 5
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import io
-import json
 import os
-import platform
 import secrets
 import statistics
 import sys
@@ -39,6 +36,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import (
+    configure_bench_logging,
+    encode_png,
+    machine,
+    parse_screen,
+    write_result,
+)
 from coda.clients.executor import ExecutorClient
 from coda.clients.planner import PlannerClient
 from coda.contracts.services_api import (
@@ -50,7 +54,7 @@ from coda.contracts.services_api import (
     PlanRequest,
     Sampling,
 )
-from coda.logging import configure_logging, get_logger
+from coda.logging import get_logger
 from coda_app.services import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,11 +119,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     if a.temperature <= 0:
         p.error("--temperature must be > 0 (greedy batches repeat one sample)")
     try:
-        w, h = (int(v) for v in a.screen.lower().split("x"))
-        if w < 28 or h < 28:
-            raise ValueError
-    except ValueError:
-        p.error(f"--screen: expected WxH of at least 28x28, got {a.screen!r}")
+        w, h = parse_screen(a.screen, minimum=28)
+    except ValueError as exc:
+        p.error(f"--screen: {exc}")
     return Config(out=a.out, model=a.model, device=a.device, n=a.n, repeats=a.repeats,
                   max_tokens=a.max_tokens, temperature=a.temperature, threads=a.threads,
                   screen=(w, h), planner_url=a.planner_url, executor_url=a.executor_url,
@@ -142,13 +144,7 @@ def screenshot_png(width: int, height: int) -> bytes:
     draw.rectangle((0, 56, width // 4, height), fill=(250, 250, 250), outline=(180, 180, 180))
     for row in range(64, height - 20, 22):
         draw.text((width // 4 + 16, row), f"In[{row // 22}] := plot(sin(x) * {row})", fill=0)
-    return _png(img)
-
-
-def _png(img: Any) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
+    return encode_png(img)
 
 
 @dataclass(frozen=True)
@@ -317,7 +313,7 @@ def speedup(sequential: float, batch: float) -> float | None:
 
 
 def summarise(cfg: Config, runs: dict[str, list[Run]], *, model: str, unit: str,
-              threads: int, load: tuple[float, float]) -> dict[str, Any]:
+              threads: int, load_before: Sequence[float]) -> dict[str, Any]:
     """The JSON figures: medians, speedups, tokens per path and the setup."""
     s = {k: median(v, "seconds") for k, v in runs.items()}
     return {
@@ -344,10 +340,7 @@ def summarise(cfg: Config, runs: dict[str, list[Run]], *, model: str, unit: str,
         "backend": backend_of(cfg),
         "device": cfg.device,
         "torch_threads": threads,
-        "cpu_count": os.cpu_count(),
-        "load_average_1m": {"start": round(load[0], 2), "end": round(load[1], 2)},
-        "platform": platform.platform(),
-        "python": platform.python_version(),
+        "machine": machine(load_before),
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -390,22 +383,20 @@ def run(cfg: Config) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coda-bench-sampling-") as tmp, \
             running_services(cfg, Path(tmp)) as (planner_url, executor_url, model, token):
         count, unit = token_counter(model)
-        load_start = os.getloadavg()[0]
+        load_before = os.getloadavg()
         runs = asyncio.run(bench(cfg, planner_url, executor_url, token, count))
-        load = (load_start, os.getloadavg()[0])
         name = cfg.model or ("tiny random Qwen2.5-VL (coda.inference.tiny)" if model else "")
         return summarise(cfg, runs, model=name or "remote services", unit=unit,
-                         threads=torch_threads(cfg), load=load)
+                         threads=torch_threads(cfg), load_before=load_before)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    configure_bench_logging()
     cfg = parse_args(argv)
     log.info("bench.sampling_start", n=cfg.n, repeats=cfg.repeats, max_tokens=cfg.max_tokens,
              device=cfg.device, model=cfg.model or "tiny")
     result = run(cfg)
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(cfg.out, result)
     log.info("bench.done", out=str(cfg.out), plan_batch_speedup=result["plan_batch_speedup"],
              act_batch_speedup=result["act_batch_speedup"])
     return 0

@@ -14,17 +14,14 @@ transformers backend on the same folder, and measures for each:
   (``trainer.logprobs.shared_logprobs`` on ``trainer.data.encode_group``) of the token ids vLLM
   sampled, per token: max and mean |difference|.
 
-    python benchmarks/serving.py --out benchmarks/results/serving.json
+    python -m benchmarks.serving --out benchmarks/results/serving.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,12 +32,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import (
+    configure_bench_logging,
+    encode_png,
+    machine,
+    parse_screen,
+    write_result,
+)
 from coda.actions import Click
 from coda.artifacts import ArtifactStore
 from coda.contracts.history import HistoryStep, ImageRef
 from coda.contracts.training import Candidate, Group, StateRef
 from coda.inference.base import ChatBackend, GenerateOptions
-from coda.logging import configure_logging, get_logger
+from coda.logging import get_logger
 from coda.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,9 +89,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     if min(a.g, a.max_tokens, a.repeats, a.votes, a.parity_groups) < 1:
         p.error("--g, --max-tokens, --repeats, --votes and --parity-groups must be >= 1")
     try:
-        w, h = (int(v) for v in a.screen.lower().split("x"))
-    except ValueError:
-        p.error(f"--screen: expected WxH, got {a.screen!r}")
+        w, h = parse_screen(a.screen)
+    except ValueError as exc:
+        p.error(f"--screen: {exc}")
     return Config(out=a.out, model=a.model, g=a.g, max_tokens=a.max_tokens, repeats=a.repeats,
                   votes=a.votes, screen=(w, h), parity_groups=a.parity_groups)
 
@@ -99,9 +103,7 @@ def png(size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
     draw = ImageDraw.Draw(img)
     for i, label in enumerate(("File", "Edit", "View", "Help")):
         draw.text((10 + 60 * i, 8), label, fill=(20, 20, 20))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
+    return encode_png(img)
 
 
 def make_state(store_dir: Path, size: tuple[int, int]) -> StateRef:
@@ -277,22 +279,20 @@ async def run(cfg: Config, work: Path) -> dict[str, Any]:
                                for a in serve_command(serve, "python")[0][3:]),
         "g": cfg.g, "max_tokens": cfg.max_tokens, "repeats": cfg.repeats, "votes": cfg.votes,
         "screen": f"{cfg.screen[0]}x{cfg.screen[1]}", "model": cfg.model or "tiny (built)",
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version()},
+        "machine": machine(),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
-    configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+    configure_bench_logging()
     with tempfile.TemporaryDirectory(prefix="coda-serving-") as tmp:
         result = asyncio.run(run(cfg, Path(tmp)))
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
     if cfg.out.exists():  # figures measured by tests/vllm/test_versions.py are kept
         old = json.loads(cfg.out.read_text())
         result.update({k: old[k] for k in RECORDED_BY_TESTS if k in old})
-    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(cfg.out, result)
     log.info("bench.serving_written", out=str(cfg.out),
              plans_per_s_ratio=round(result["plans_per_s_ratio"], 2),
              mean_abs_diff=result["logprob_parity"]["mean_abs_diff"])
@@ -300,7 +300,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run as a script, this folder comes first on sys.path and benchmarks/trainer.py would
-    # shadow the trainer package (imported lazily above): the checkout's root instead
-    sys.path[0] = str(ROOT)
     sys.exit(main())

@@ -9,7 +9,7 @@ Qwen2.5-VL (``--model DIR`` for a local model) in its OWN process, so the peak m
 path is not the other's: peak RSS on CPU, ``torch.cuda.max_memory_allocated`` on a GPU. A
 warm-up update, then ``--repeats`` timed updates; the JSON holds medians.
 
-    python benchmarks/trainer.py --out benchmarks/results/trainer.json
+    python -m benchmarks.trainer --out benchmarks/results/trainer.json
 
 Figures: ``shared_prefix_ratio`` (shared / separate update wall time; target <= 0.4) and
 ``shared_prefix_cpu_ratio`` (the same in process CPU time, which other jobs on a shared
@@ -22,10 +22,8 @@ machine disturb less), per path
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -36,9 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import encode_png, machine, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-if not __package__:  # run as a script: this file must not shadow the ``trainer`` package
-    sys.path[0] = str(ROOT)
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "trainer.json"
 PLAN = ("Thought: To save the document I open the File menu in the top left corner and then "
         "choose Save As from the list.\nAction: click(start_box='(34,12)')")
@@ -51,9 +49,7 @@ def _png(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
     draw = ImageDraw.Draw(image)
     for x in range(0, size[0], 40):  # some structure, so the PNG is not trivial
         draw.line([(x, 0), (size[0] - x, size[1])], fill=(255 - color[0], 80, 160), width=3)
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
+    return encode_png(image)
 
 
 def build_group(artifacts: Path, screen: tuple[int, int], g: int, plan_tokens: int,
@@ -165,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         sys.stdout.write(json.dumps(child(args)) + "\n")
         return 0
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="coda-bench-trainer-") as tmp:
         if args.model is None:
             from coda.inference.tiny import build_tiny_qwen25vl
@@ -183,12 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         "shared": shared, "separate": separate,
         "g": args.g, "screen": list(args.screen), "repeats": args.repeats,
         "threads": args.threads, "gradient_checkpointing": args.gradient_checkpointing,
-        "model": model_name, "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
+        "model": model_name, "machine": machine(load_before),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     sys.stderr.write(f"shared / separate update time: {result['shared_prefix_ratio']:.3f} "
                      f"({shared['update_s']:.3f} s vs {separate['update_s']:.3f} s) -> "
                      f"{args.out}\n")

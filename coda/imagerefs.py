@@ -120,7 +120,7 @@ def check_image(data: bytes, field: FieldPath, limits: ImageLimits) -> CheckedIm
     except Image.DecompressionBombError:
         raise ImageRefError(field, f"image exceeds the limit of {limits.max_pixels} pixels",
                             status=413) from None
-    except Exception as exc:  # Pillow raises many types for a damaged header
+    except Exception as exc:  # noqa: BLE001 - Pillow raises many types for a damaged header: a 4xx
         raise ImageRefError(field, f"not a decodable image ({type(exc).__name__})") from None
     width, height = image.size
     if width * height > limits.max_pixels:
@@ -131,7 +131,7 @@ def check_image(data: bytes, field: FieldPath, limits: ImageLimits) -> CheckedIm
                                    f"at most {limits.max_aspect_ratio:g}:1")
     try:
         image.load()
-    except Exception as exc:  # truncated or corrupt data: many exception types
+    except Exception as exc:  # noqa: BLE001 - truncated or corrupt data, many types: a 4xx
         raise ImageRefError(field, f"not a decodable image ({type(exc).__name__})") from None
     return CheckedImage(data=data, image=image, mime=mime)
 
@@ -180,7 +180,7 @@ class ReadOnlyStore(ArtifactStore):
                                 missing=True) from None
         except ImageRefError:
             raise
-        except Exception as exc:  # any fsspec backend error: the store is at fault
+        except Exception as exc:  # noqa: BLE001 - any fsspec backend's error: the store's, a 503
             raise _unavailable(exc) from None
         if len(data) > max_bytes:
             raise ImageRefError(field, f"artifact larger than {max_bytes} bytes", status=413)

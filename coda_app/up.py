@@ -133,8 +133,10 @@ def up(
                     await asyncio.wait({starting, task}, return_when=asyncio.FIRST_COMPLETED)
                     if not starting.done():  # Ctrl-C while starting: stop what started
                         stack.request_stop()
-                        with contextlib.suppress(Exception):
+                        try:
                             await starting
+                        except (RuntimeError, OSError, ValueError) as exc:  # a start cut short
+                            log.info("stack.start_interrupted", error=str(exc))
                         return
                     starting.result()  # a service that could not start: its error
                     console.print("[green]model services, worker"

@@ -4,45 +4,38 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from coda.modelservice.cli import add_serve
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from judge_service.settings import JudgeSettings
 
-app = typer.Typer(help="The judge service (trajectory verdicts) and its calibration.")
+app = typer.Typer(help="The judge service (trajectory verdicts; settings from CODA_JUDGE_* "
+                       "variables, flags on top) and its calibration.")
 console = Console(stderr=True)
 
 
-@app.callback(invoke_without_command=True)
-def serve(
-    ctx: typer.Context,
-    host: str | None = typer.Option(None, help="listen address (default CODA_JUDGE_HOST)"),
-    port: int | None = typer.Option(None, help="listen port (default CODA_JUDGE_PORT)"),
-) -> None:
-    """Start the judge service with uvicorn (settings from CODA_JUDGE_* variables)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    from coda.modelservice.cli import serve as serve_app
-    from coda.modelservice.cli import settings_from_flags
+def _settings() -> type[JudgeSettings]:
+    from judge_service.settings import JudgeSettings
 
-    def make_settings() -> JudgeSettings:
-        from judge_service.settings import JudgeSettings
+    return JudgeSettings
 
-        return settings_from_flags(JudgeSettings, host=host, port=port)
 
-    def make_app(settings: JudgeSettings) -> FastAPI:
-        from judge_service.app import create_app
+def _app(settings: JudgeSettings) -> FastAPI:
+    from judge_service.app import create_app
 
-        return create_app(settings)
+    return create_app(settings)
 
-    serve_app(make_settings, make_app)
+
+add_serve(app, settings=_settings, make_app=_app, model_flags=False)
 
 
 def _fmt(value: float | None) -> str:
@@ -51,15 +44,17 @@ def _fmt(value: float | None) -> str:
 
 @app.command("calibrate")
 def calibrate_cmd(
-    file: Path = typer.Argument(..., help="JSONL of labelled trajectories"),
-    judge_url: str = typer.Option(..., "--judge-url", help="judge service URL"),
-    token: str | None = typer.Option(None, "--token", envvar="CODA_JUDGE_TOKEN",
-                                     help="an inference token of the judge service"),
-    votes: int = typer.Option(4, help="voting@k"),
-    multi_resolution: bool = typer.Option(True, help="low-resolution first pass"),
-    max_frames: int = typer.Option(16, help="frames per trajectory"),
-    out: Path | None = typer.Option(None, "--out", help="write the metrics as JSON here"),
-    timeout: float = typer.Option(600.0, help="seconds per judge request"),
+    file: Annotated[Path, typer.Argument(help="JSONL of labelled trajectories")],
+    judge_url: Annotated[str, typer.Option("--judge-url", help="judge service URL")],
+    token: Annotated[str | None, typer.Option(
+        "--token", envvar="CODA_JUDGE_TOKEN",
+        help="an inference token of the judge service")] = None,
+    votes: Annotated[int, typer.Option(help="voting@k")] = 4,
+    multi_resolution: Annotated[bool, typer.Option(help="low-resolution first pass")] = True,
+    max_frames: Annotated[int, typer.Option(help="frames per trajectory")] = 16,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="write the metrics as JSON here")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds per judge request")] = 600.0,
 ) -> None:
     """Precision, recall and F1 of the judge service on a labelled set (success = positive)."""
     from coda.clients.judge import JudgeClient

@@ -52,7 +52,7 @@ async def run(core: AppState, stop: asyncio.Event) -> None:
                 if core.metrics is not None:
                     await refresh_gauges(core.metrics, core.pg, now=core.clock.now())
                 last_gauges = time.monotonic()
-        except Exception as exc:  # keep going: Redis or Postgres may come back
+        except Exception as exc:  # noqa: BLE001 - the loop's top: logged, the next round retries
             log.warning("maintenance.round_failed", error=str(exc), error_type=type(exc).__name__)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=core.settings.maintenance_interval_s)

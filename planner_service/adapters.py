@@ -88,7 +88,7 @@ def copy_from_store(store: ReadOnlyStore, folder: str, cache_dir: str | Path,
         listing = store.fs.find(source, detail=True)
     except FileNotFoundError:
         listing = {}
-    except Exception as exc:  # any fsspec backend error: the store is at fault
+    except Exception as exc:  # noqa: BLE001 - any fsspec backend's error: the store's, a 503
         log.warning("planner.adapter_list_failed", error=f"{type(exc).__name__}: {exc}")
         raise ArtifactStoreUnavailable(
             f"the artifact store could not be read ({type(exc).__name__})") from None

@@ -72,7 +72,7 @@ class PlannerState(ModelState):
                                     keep=s.keep_versions)
             try:  # plans wait for the current version (or for a failed first pull)
                 await self.sync.sync()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - as the poll loop: logged, the poll retries
                 log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
             self.sync.start()
         self._adapters = registry
@@ -149,7 +149,7 @@ async def _resolve(st: PlannerState, requested: str | None) -> str | None:
             raise
     try:
         await st.sync.sync()
-    except Exception as exc:  # the master or the model server away: retry later, not a 404
+    except Exception as exc:  # noqa: BLE001 - master or model server away: a logged 503, not a 404
         log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
         raise Unavailable(f"adapter '{requested}' is not loaded and the master's versions "
                           f"could not be pulled now ({type(exc).__name__}), retry later"

@@ -21,8 +21,9 @@ sampling goes on with what is loaded. :meth:`VersionSync.restore` is also called
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+
+import httpx
 
 from coda.clients.master import MasterClient
 from coda.contracts.services_api import AdapterLoad
@@ -95,7 +96,7 @@ class VersionSync:
                 await self.sync()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the master or the backend away: the next poll retries
+            except Exception as exc:  # noqa: BLE001 - the poll loop's top: logged, retried
                 log.warning("planner.version_sync_failed", error=f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(self.interval_s)
 
@@ -156,6 +157,9 @@ async def served_adapters(backend: ChatBackend) -> set[str] | None:
 
 
 async def stop_quietly(sync: VersionSync | None) -> None:
+    """Stop the poll at shutdown; a master client that fails to close is logged."""
     if sync is not None:
-        with contextlib.suppress(Exception):
+        try:
             await sync.stop()
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            log.info("planner.version_sync_stop_failed", error=f"{type(exc).__name__}: {exc}")

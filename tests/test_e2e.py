@@ -43,7 +43,8 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 def wait(probe: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
-    return wait_for(probe, what, timeout, logs=lambda: log_tails(log.parent.glob("*.log")))
+    return wait_for(probe, what, timeout, interval=0.5,
+                    logs=lambda: log_tails(log.parent.glob("*.log")))
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import httpx
 
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
@@ -75,7 +76,7 @@ async def roll_out(urls: list[str], version: str, uri: str, *, keep: list[str],
         async with PlannerClient(url, token=token, timeout=timeout_s) as planner:
             try:
                 await planner.load_adapter(version, uri, make_default=True)
-            except Exception as exc:  # a broken replica must not stop the others
+            except (ServiceError, httpx.HTTPError) as exc:  # a broken replica: not the others
                 log.warning("trainer.adapter_load_failed", planner=url, version=version,
                             error=str(exc))
                 result.failed[url] = str(exc)
@@ -88,7 +89,7 @@ async def roll_out(urls: list[str], version: str, uri: str, *, keep: list[str],
                             and not item.is_default:
                         await planner.unload_adapter(item.version)
                         result.unloaded.append(f"{url}:{item.version}")
-            except Exception as exc:
+            except (ServiceError, httpx.HTTPError) as exc:
                 log.warning("trainer.adapter_unload_failed", planner=url, error=str(exc))
     log.info("trainer.version_rolled_out", version=version, loaded=len(result.loaded),
              failed=len(result.failed))

@@ -18,7 +18,6 @@ Failures are sorted by whose fault they are:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -91,31 +90,21 @@ def lease_lost(exc: ServiceError) -> bool:
     return exc.status in (404, 409, 410)
 
 
-@dataclass
-class StepTimes:
-    """Where one step's time went (milliseconds)."""
+def started_timings() -> StepTimings:
+    """A step's timings as its stopwatch starts: each part 0 ms until it is measured (a part
+    the step does not reach, e.g. no action to act on, stays 0)."""
+    return StepTimings(**dict.fromkeys(StepTimings.model_fields, 0.0))
 
-    observe: float = 0.0
-    upload: float = 0.0
-    plan: float = 0.0
-    plan_model: float = 0.0
-    execute: float = 0.0
-    execute_model: float = 0.0
-    act: float = 0.0
-    settle: float = 0.0
-    report: float = 0.0
-    total: float = 0.0
 
-    def overhead(self) -> float:
-        """The worker's own time: all but model inference and the action's own effect (the
-        guest acting and the screen settling)."""
-        return max(0.0, self.total - self.plan_model - self.execute_model - self.act
-                   - self.settle)
+def ms_since(mark: float) -> float:
+    """Milliseconds since ``mark`` (a ``time.perf_counter()``), rounded to microseconds."""
+    return round((time.perf_counter() - mark) * 1000, 3)
 
-    def record(self) -> StepTimings:
-        """The step record's timings (milliseconds, rounded to microseconds)."""
-        return StepTimings(**{k: round(v, 3) for k, v in self.__dict__.items()},
-                           overhead=round(self.overhead(), 3))
+
+def overhead_ms(t: StepTimings) -> float:
+    """The worker's own time: all but model inference and the action's own effect (the guest
+    acting and the screen settling)."""
+    return round(max(0.0, t.total - t.plan_model - t.execute_model - t.act - t.settle), 3)
 
 
 def executor_sampling(settings: WorkerSettings) -> Sampling:
@@ -142,7 +131,6 @@ class EpisodeRun:
     settings: WorkerSettings
     pool: Executor | None = None
     steps: list[Step] = field(default_factory=list)
-    times: list[StepTimes] = field(default_factory=list)
     _report: asyncio.Task[None] | None = None
     _settled: Observation | None = None
     """The screen as the last settle left it (taken during its quiet period): the next step's
@@ -181,8 +169,17 @@ class EpisodeRun:
         try:
             return await self._run()
         finally:  # a failed attempt keeps the steps it reported
-            with contextlib.suppress(BaseException):
-                await self.flush_report()
+            await self._land_report()
+
+    async def _land_report(self) -> None:
+        """However the attempt ended, the step report in flight lands first. Its own failure
+        (the lease taken back, the master away) is logged, not raised: the attempt's outcome
+        is what goes on; a cancellation of this task goes on too."""
+        try:
+            await self.flush_report()
+        except (LeaseGone, ServiceError, httpx.HTTPError) as exc:
+            log.warning("episode.step_report_lost", job=str(self.job.id),
+                        error=f"{type(exc).__name__}: {exc}")
 
     async def _run(self) -> EpisodeResult:
         payload = self.job.payload
@@ -225,7 +222,8 @@ class EpisodeRun:
             answer=end.answer, final_screenshot=final_key, steps=len(self.steps),
             info=EpisodeInfo(end=end.kind, verdict=outcome.verdict, checks=outcome.results,
                              setup=report.steps, step_errors=errors, slot=self.desktop.slot,
-                             overhead_ms=[round(t.overhead(), 3) for t in self.times]))
+                             overhead_ms=[s.timings.overhead for s in self.steps
+                                          if s.timings is not None]))
 
     async def _settle(self) -> float:
         """Wait for the screen to settle, keeping the settled screen for the next step."""
@@ -235,7 +233,7 @@ class EpisodeRun:
         start = time.perf_counter()
         self._settled = await self._desktop(self.desktop.settle_and_observe,
                                             timeout_s=self.settings.settle_timeout_s)
-        return (time.perf_counter() - start) * 1000
+        return ms_since(start)
 
     async def _observe(self) -> Observation:
         """The settled screen when the last settle caught it, else a new screenshot."""
@@ -244,13 +242,13 @@ class EpisodeRun:
 
     async def _step(self, payload: EpisodePayload, index: int) -> tuple[Action | None, bool]:
         """One step; returns the action taken (if any) and whether the episode ended."""
-        t = StepTimes()
+        t = started_timings()
         start = time.perf_counter()
         obs = await self._observe()
-        t.observe = (time.perf_counter() - start) * 1000
+        t.observe = ms_since(start)
         mark = time.perf_counter()
         key = (await self._master(self.master.upload_artifact(obs.image, obs.media_type))).key
-        t.upload = (time.perf_counter() - mark) * 1000
+        t.upload = ms_since(mark)
         shot = ImageRef(ref=key)
         history = history_of(self.steps)
         task = payload.task
@@ -268,7 +266,7 @@ class EpisodeRun:
                                   max_tokens=self.settings.max_tokens),
                 answer_mode=ans, adapter=payload.planner_version))
             plan = plans.plans[0]
-            t.plan_model = min(plans.latency_ms, (time.perf_counter() - mark) * 1000)
+            t.plan_model = min(round(plans.latency_ms, 3), ms_since(mark))
         except ServiceError as exc:
             unavailable("planner", exc)
             plan = None
@@ -276,7 +274,7 @@ class EpisodeRun:
         except httpx.TransportError as exc:
             raise AttemptFailed("service_unreachable", f"planner: {exc!r}",
                                 service="planner") from exc
-        t.plan = (time.perf_counter() - mark) * 1000
+        t.plan = ms_since(mark)
 
         if plan is not None:
             step.thought = clip(plan.text)
@@ -294,7 +292,7 @@ class EpisodeRun:
             if not ended:
                 mark = time.perf_counter()
                 result = await self._desktop(self.desktop.act, action)
-                t.act = (time.perf_counter() - mark) * 1000
+                t.act = ms_since(mark)
                 if not result.ok:
                     step.outcome = StepOutcome.EXECUTION_ERROR
                     step.error = clip(f"guest: {result.error or 'action failed'}", 2000)
@@ -303,26 +301,26 @@ class EpisodeRun:
         # landed first (steps stay in order, and a lease the master took back stops us here).
         mark = time.perf_counter()
         await self.flush_report()
-        t.report = (time.perf_counter() - mark) * 1000
-        t.total = (time.perf_counter() - start) * 1000
+        t.report = ms_since(mark)
+        t.total = ms_since(start)
+        t.overhead = overhead_ms(t)
         step.latency_ms = t.total
-        step.timings = t.record()
+        step.timings = t
         step = storable(step)
         self._report = asyncio.create_task(self._master(self.master.report_step(self.job, step)))
         self.steps.append(step)
-        self.times.append(t)
         return (action if step.outcome is StepOutcome.OK else None), ended
 
     async def _execute(self, payload: EpisodePayload, step: Step, shot: ImageRef,
                        obs: Observation, history: list[Any],
-                       t: StepTimes) -> tuple[Action | None, bool]:
+                       t: StepTimings) -> tuple[Action | None, bool]:
         mark = time.perf_counter()
         try:
             res = await self.executor.act(ActRequest(
                 instruction=clip(payload.task.instruction), thought=step.thought or "",
                 screenshot=shot, history=history, screen_width=obs.screen_width,
                 screen_height=obs.screen_height, sampling=executor_sampling(self.settings)))
-            t.execute_model = min(res.latency_ms, (time.perf_counter() - mark) * 1000)
+            t.execute_model = min(round(res.latency_ms, 3), ms_since(mark))
         except ServiceError as exc:
             unavailable("executor", exc)
             step.outcome, step.error = StepOutcome.MODEL_ERROR, clip(f"executor: {exc}", 2000)
@@ -331,7 +329,7 @@ class EpisodeRun:
             raise AttemptFailed("service_unreachable", f"executor: {exc!r}",
                                 service="executor") from exc
         finally:
-            t.execute = (time.perf_counter() - mark) * 1000
+            t.execute = ms_since(mark)
         step.raw_executor_text = clip(res.raw)
         if res.error is not None or res.action is None:
             step.outcome = StepOutcome.PARSE_ERROR

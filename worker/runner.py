@@ -81,8 +81,11 @@ class Worker:
             await stop.wait()
             await self._drain(slots)
             beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+            # through gather: the heartbeats' CancelledError comes back as a value, while a
+            # cancel of this task is still raised (and so is an error of the heartbeats)
+            [ended] = await asyncio.gather(beat, return_exceptions=True)
+            if isinstance(ended, Exception):
+                raise ended
         finally:
             await self.aclose()
 
@@ -165,8 +168,13 @@ class Worker:
         stop.cancel()
         if lease not in done:
             lease.cancel()  # stopping: a job claimed meanwhile expires and is requeued
-            with contextlib.suppress(BaseException):
-                await lease
+            # its outcome, never raised (a cancellation of this task still is)
+            [outcome] = await asyncio.gather(lease, return_exceptions=True)
+            if isinstance(outcome, list) and outcome:
+                log.warning("worker.lease_dropped", kind=kind.value, jobs=len(outcome))
+            elif isinstance(outcome, Exception):
+                log.warning("worker.lease_failed", kind=kind.value,
+                            error=f"{type(outcome).__name__}: {outcome}")
             return None
         try:
             jobs = lease.result()

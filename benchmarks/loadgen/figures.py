@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.common import percentile, rounded
+
 ROUTES = ("register", "lease", "heartbeat", "step", "complete")
 ROUTE_PATHS = {
     "register": "POST /v1/workers",
@@ -12,16 +14,6 @@ ROUTE_PATHS = {
     "step": "POST /v1/jobs/{job_id}/steps",
     "complete": "POST /v1/jobs/{job_id}/complete",
 }
-
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in [0, 100]) of unsorted values; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
-    return ordered[rank - 1]
 
 
 def overlap(start: float, end: float, lo: float, hi: float) -> float:
@@ -40,7 +32,3 @@ def route_figures(latencies_ms: list[float], errors: int, window_s: float) -> di
         "max_ms": rounded(max(latencies_ms) if latencies_ms else None),
         "mean_ms": rounded(sum(latencies_ms) / len(latencies_ms) if latencies_ms else None),
     }
-
-
-def rounded(v: float | None) -> float | None:
-    return None if v is None else round(v, 2)

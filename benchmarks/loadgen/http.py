@@ -72,7 +72,7 @@ class RawHttp:
     async def aclose(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError):  # the master closed it first
                 await self.writer.wait_closed()
         self.reader = self.writer = None
 

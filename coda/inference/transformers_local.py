@@ -368,7 +368,7 @@ class TransformersBackend:
         if key in config:
             try:
                 self.model.delete_adapter(key)
-            except Exception as exc:  # best effort: the load already failed
+            except Exception as exc:  # noqa: BLE001 - cleanup after a failed load: logged
                 log.warning("inference.adapter_cleanup_failed", key=key, error=str(exc)[:200])
 
     async def unload_adapter(self, version: str) -> None:

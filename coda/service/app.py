@@ -17,11 +17,13 @@ from prometheus_client import (
     generate_latest,
 )
 
+from coda.logging import get_logger
 from coda.service.auth import AuthGate, TokenAuth
 from coda.service.errors import document_generic_errors, install_error_handlers
 from coda.service.middleware import RequestContext, RequestLimits
 from coda.service.routes import RouteTable
 
+log = get_logger("coda.service")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -67,7 +69,9 @@ def create_service_app(
         if ready is not None:
             try:
                 detail = await ready()
-            except Exception as exc:  # readiness reports, it does not crash
+            except Exception as exc:  # noqa: BLE001 - any dependency's failure: a logged 503
+                log.warning("service.not_ready", service=name,
+                            error=f"{type(exc).__name__}: {exc}")
                 ok, detail = False, {"error": str(exc)}
         return JSONResponse({"status": "ready" if ok else "not_ready", "detail": detail},
                             status_code=200 if ok else 503)

@@ -65,7 +65,7 @@ class EmbeddedServices:
             server = self._servers.pop()
             try:
                 server.stop()
-            except Exception as exc:  # keep stopping the others
+            except Exception as exc:  # noqa: BLE001 - keep stopping the others; raised below
                 errors.append(f"{type(server).__name__}: {exc}")
         if self._atexit:
             atexit.unregister(self.stop)

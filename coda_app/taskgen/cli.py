@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from pydantic import SecretStr
@@ -31,25 +32,31 @@ def _read_existing(out: Path) -> list[str]:
 
 @app.command("generate")
 def generate_cmd(
-    app_name: str = typer.Option(..., "--app", help="application, e.g. KAlgebra"),
-    seeds: Path = typer.Option(..., "--seeds", help="seed tasks: JSON/JSONL file or directory"),
-    n: int = typer.Option(..., "--n", min=1, help="how many new tasks"),
-    out: Path = typer.Option(..., "--out", help="JSONL file the tasks are appended to"),
-    screenshot: Path | None = typer.Option(None, "--screenshot", help="initial-state PNG"),
-    description: str | None = typer.Option(None, help="a sentence describing the app"),
-    llm_url: str = typer.Option("http://127.0.0.1:8000/v1", "--llm-url", envvar="CODA_LLM_URL",
-                                help="OpenAI-compatible server"),
-    llm_model: str = typer.Option("Qwen/Qwen2.5-72B-Instruct", "--llm-model",
-                                  envvar="CODA_LLM_MODEL", help="served model name"),
-    judge_url: str | None = typer.Option(None, "--judge-url",
-                                         help="judge service: keep only clear, executable, "
-                                              "judgeable instructions"),
-    judge_token: SecretStr | None = typer.Option(
-        None, "--judge-token", envvar="CODA_JUDGE_TOKEN", parser=SecretStr, metavar="TOKEN",
-        help="an inference token of the judge service"),
-    threshold: float = typer.Option(0.85, help="word similarity from which a task is a duplicate"),
-    max_tokens: int = typer.Option(2048, help="LLM reply budget"),
-    rounds: int = typer.Option(3, help="LLM calls at most"),
+    app_name: Annotated[str, typer.Option("--app", help="application, e.g. KAlgebra")],
+    seeds: Annotated[Path, typer.Option(
+        "--seeds", help="seed tasks: JSON/JSONL file or directory")],
+    n: Annotated[int, typer.Option("--n", min=1, help="how many new tasks")],
+    out: Annotated[Path, typer.Option("--out", help="JSONL file the tasks are appended to")],
+    screenshot: Annotated[Path | None, typer.Option(
+        "--screenshot", help="initial-state PNG")] = None,
+    description: Annotated[str | None, typer.Option(
+        help="a sentence describing the app")] = None,
+    llm_url: Annotated[str, typer.Option(
+        "--llm-url", envvar="CODA_LLM_URL",
+        help="OpenAI-compatible server")] = "http://127.0.0.1:8000/v1",
+    llm_model: Annotated[str, typer.Option(
+        "--llm-model", envvar="CODA_LLM_MODEL",
+        help="served model name")] = "Qwen/Qwen2.5-72B-Instruct",
+    judge_url: Annotated[str | None, typer.Option(
+        "--judge-url", help="judge service: keep only clear, executable, judgeable "
+                            "instructions")] = None,
+    judge_token: Annotated[SecretStr | None, typer.Option(
+        "--judge-token", envvar="CODA_JUDGE_TOKEN", parser=SecretStr, metavar="TOKEN",
+        help="an inference token of the judge service")] = None,
+    threshold: Annotated[float, typer.Option(
+        help="word similarity from which a task is a duplicate")] = 0.85,
+    max_tokens: Annotated[int, typer.Option(help="LLM reply budget")] = 2048,
+    rounds: Annotated[int, typer.Option(help="LLM calls at most")] = 3,
 ) -> None:
     """Ask an LLM for N new instructions, deduplicate, screen them, append TaskSpec JSONL."""
     from coda.inference.base import GenerateOptions

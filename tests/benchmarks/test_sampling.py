@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "sampling.py"
+MODULE = "benchmarks.sampling"
 
 KEYS = {
     "plan_batch_s", "plan_sequential_s", "plan_batch_speedup",
@@ -28,7 +28,7 @@ def test_sampling_benchmark_writes_its_figures(tiny_model_dir: Path, tmp_path: P
     out = tmp_path / "sampling.json"
     env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--model", str(tiny_model_dir),
+        [sys.executable, "-m", MODULE, "--out", str(out), "--model", str(tiny_model_dir),
          "--repeats", "1", "--max-tokens", "2", "--n", "2", "--screen", "640x400"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,7 +51,7 @@ def test_sampling_benchmark_writes_its_figures(tiny_model_dir: Path, tmp_path: P
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--repeats", "0"],
+        [sys.executable, "-m", MODULE, "--out", str(tmp_path / "x.json"), "--repeats", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "--repeats" in proc.stderr

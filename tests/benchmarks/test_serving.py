@@ -15,7 +15,7 @@ import pytest
 from tests.vllm.conftest import require_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "serving.py"
+MODULE = "benchmarks.serving"
 
 
 @pytest.mark.vllm
@@ -25,7 +25,7 @@ def test_serving_benchmark_writes_its_figures(tiny_model_dir: Path, tmp_path: Pa
     out = tmp_path / "serving.json"
     env = {**os.environ, "CODA_LOG_LEVEL": "WARNING"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--model", str(tiny_model_dir),
+        [sys.executable, "-m", MODULE, "--out", str(out), "--model", str(tiny_model_dir),
          "--g", "2", "--max-tokens", "2", "--repeats", "1", "--votes", "1",
          "--parity-groups", "1", "--screen", "112x84"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -44,7 +44,7 @@ def test_serving_benchmark_writes_its_figures(tiny_model_dir: Path, tmp_path: Pa
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "x.json"), "--g", "0"],
+        [sys.executable, "-m", MODULE, "--out", str(tmp_path / "x.json"), "--g", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "--g" in proc.stderr
     assert not (tmp_path / "x.json").exists()

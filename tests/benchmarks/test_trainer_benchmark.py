@@ -20,7 +20,7 @@ PATH_KEYS = {"update_s", "cpu_s", "tokens_per_s", "processed_tokens", "peak_memo
 def test_trainer_benchmark_writes_its_figures(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "trainer.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/trainer.py", "--out", str(out), "--model",
+        [sys.executable, "-m", "benchmarks.trainer", "--out", str(out), "--model",
          str(tiny_model_dir), "--repeats", "1", "--g", "3", "--screen", "224", "140",
          "--plan-tokens", "12"],
         cwd=ROOT, env={**os.environ, "CODA_LOG_LEVEL": "WARNING"}, capture_output=True,

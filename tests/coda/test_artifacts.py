@@ -1,22 +1,16 @@
-import io
-
 import pytest
-from PIL import Image
 
 from coda.artifacts import ArtifactError, ArtifactStore
+from tests.fixtures.images import image_bytes
 
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8)).save(buf, "PNG")
-    return buf.getvalue()
+PNG = image_bytes((8, 8), (0, 0, 0))
 
 
 def test_put_get_content_addressed(tmp_path):
     store = ArtifactStore(str(tmp_path))
-    key = store.put(_png(), "image/png")
-    assert key == store.put(_png(), "image/png")
-    assert store.get(key) == _png() and store.exists(key)
+    key = store.put(PNG, "image/png")
+    assert key == store.put(PNG, "image/png")
+    assert store.get(key) == PNG and store.exists(key)
     with pytest.raises(KeyError):
         store.get("sha256/00/" + "0" * 64 + ".png")
 
@@ -31,7 +25,7 @@ def test_keys_cannot_escape(tmp_path, key):
 def test_limits_and_types(tmp_path):
     store = ArtifactStore(str(tmp_path), max_bytes=100)
     with pytest.raises(ArtifactError, match="exceeds"):
-        store.put(_png() + b"\0" * 200, "image/png")
+        store.put(PNG + b"\0" * 200, "image/png")
     with pytest.raises(ArtifactError, match="not allowed"):
         store.put(b"x", "text/html")
     with pytest.raises(ArtifactError, match="not image/png"):
@@ -45,7 +39,7 @@ def test_memory_filesystem_url():
 
 
 @pytest.mark.parametrize("data", [
-    _png(), b"\x89PNG\r\n", b"{not json", b'{"a": NaN}', b"[Infinity]", b"\xff\xfe{}",
+    PNG, b"\x89PNG\r\n", b"{not json", b'{"a": NaN}', b"[Infinity]", b"\xff\xfe{}",
     b"[" * 100_000 + b"]" * 100_000, b"", b'{"a": 1} {"b": 2}',
 ], ids=["png", "png-magic", "broken", "nan", "infinity", "not-utf8", "deep", "empty", "two"])
 def test_json_artifacts_must_parse(tmp_path, data):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coda.procs import free_port, start_process, start_ready, stop_process, wait_ready
+from tests.fixtures.waiting import wait_for
 
 
 def test_ready_when_the_url_answers_2xx(tmp_path: Path) -> None:
@@ -61,9 +62,7 @@ def test_a_timeout_names_the_probe_and_stops_the_process(tmp_path: Path) -> None
             " tmp.rename(os.environ['PID_FILE']); time.sleep(60)")
 
     def started_but_never_ready() -> bool:  # however loaded the machine, it started first
-        deadline = time.monotonic() + 60
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(pid_file.exists, "the child's pid file", 60, interval=0.05)
         return False
 
     with pytest.raises(TimeoutError, match="warming up"):

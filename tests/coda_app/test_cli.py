@@ -10,7 +10,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 from coda.contracts.coverage import CoverageReport
 from coda.procs import free_port
 from tests.fixtures.infra import embedded_data_dir
+from tests.fixtures.waiting import exited, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CODA = [sys.executable, "-m", "coda_app.cli"]
@@ -111,18 +111,21 @@ def _up_embedded(home: Path) -> None:
                                  "--demo-rollouts", "1", "--master-only"], cwd=ROOT, env=env,
                                 text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                batches = httpx.get(f"http://127.0.0.1:{port}/v1/batches", timeout=2).json()
-                if batches["total"]:
-                    return proc
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.3)
-        proc.kill()
-        raise TimeoutError("coda up did not come up")
+
+        def demo_submitted() -> bool:
+            resp = httpx.get(f"http://127.0.0.1:{port}/v1/batches", timeout=2)
+            return resp.status_code == 200 and bool(resp.json()["total"])
+
+        def output() -> str:  # once it ended (a running process' pipe would block)
+            return proc.stdout.read() if proc.stdout and proc.poll() is not None else ""
+
+        try:
+            wait_for(demo_submitted, "coda up with its demo batch", 120, interval=0.3,
+                     gone=exited(proc, "coda up"), logs=output)
+        except AssertionError:
+            proc.kill()
+            raise
+        return proc
 
     def ctrl_c(proc: subprocess.Popen[str]) -> str:
         proc.send_signal(signal.SIGINT)
@@ -161,19 +164,24 @@ def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:
                                 stderr=subprocess.STDOUT)
         assert proc.stdout is not None
         main_fd = proc.stdout.fileno()
-    out = b""
-    deadline = time.monotonic() + 120
+    out, ended = b"", False
+
+    def master_up() -> bool:
+        nonlocal out, ended
+        ready, _, _ = select.select([main_fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # the terminal closed: the process ended
+                chunk = b""
+            ended = not chunk
+            out += chunk
+        return b"CODA master up" in out
+
     try:
-        while b"CODA master up" not in out and time.monotonic() < deadline:
-            ready, _, _ = select.select([main_fd], [], [], 1)
-            if ready:
-                try:
-                    chunk = os.read(main_fd, 65536)
-                except OSError:  # the terminal closed: the process ended
-                    break
-                if not chunk:
-                    break
-                out += chunk
+        wait_for(master_up, "'CODA master up' in its output", 120, interval=0,
+                 gone=lambda: "coda up's output ended" if ended else None,
+                 logs=lambda: out.decode(errors="replace")[-3000:])
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
     finally:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import httpx
 from coda.contracts.master_api import AppScore
 from coda_app.evaluate import table_rows, to_csv
 from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
+from tests.fixtures.waiting import exited, wait_for
 
 
 def test_rows_put_overall_last_and_csv_has_the_header() -> None:
@@ -49,9 +49,10 @@ def test_eval_runs_k_rollouts_and_writes_table1(master: MasterProcess, tmp_path:
     worker = httpx.Client(base_url=master.url, timeout=30,
                           headers={"authorization": f"Bearer {master.worker_token}"})
     wid = worker.post("/v1/workers", json={"name": "eval-test", "slots": 4}).json()["id"]
-    done, deadline = 0, time.monotonic() + 120
-    while done < 4:  # A-01 succeeds in both rollouts, A-02 in one of two
-        assert time.monotonic() < deadline, proc.communicate(timeout=5)
+    done = 0
+
+    def all_finished() -> bool:  # A-01 succeeds in both rollouts, A-02 in one of two
+        nonlocal done
         for job in worker.post("/v1/jobs/lease", json={"worker_id": wid, "capacity": 4,
                                                        "wait_s": 1}).json()["jobs"]:
             task = job["payload"]["task"]["id"]
@@ -61,6 +62,11 @@ def test_eval_runs_k_rollouts_and_writes_table1(master: MasterProcess, tmp_path:
                 "result": {"success": success}})
             assert r.status_code == 204, r.text
             done += 1
+        return done >= 4
+
+    wait_for(all_finished, "the 4 episodes leased and finished", 120, interval=0,
+             gone=exited(proc, "coda eval"),
+             logs=lambda: str(proc.communicate()) if proc.poll() is not None else "")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "Average@2" in out and "Overall" in out

@@ -13,11 +13,12 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -60,15 +61,13 @@ def names() -> Iterator[list[str]]:
 
 def wait_healthy(name: str, timeout: float = 120) -> None:
     """Until the image's healthcheck says healthy (the deadline only bounds a hang)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        state = docker("inspect", "--format", "{{.State.Health.Status}} {{.State.Status}}",
-                       name).stdout.split()
-        if state[0] == "healthy":
-            return
-        if state[1] == "exited" or time.monotonic() > deadline:
-            raise AssertionError(f"{name}: {state}\n{docker('logs', name, check=False).stderr}")
-        time.sleep(0.5)
+    def state() -> list[str]:
+        return docker("inspect", "--format", "{{.State.Health.Status}} {{.State.Status}}",
+                      name).stdout.split()
+
+    wait_for(lambda: state()[0] == "healthy", f"{name} healthy", timeout, interval=0.5,
+             logs=lambda: docker("logs", name, check=False).stderr,
+             gone=lambda: f"{name} exited" if state()[1] == "exited" else None)
 
 
 def test_postgres_image_initialises_authenticates_and_keeps_its_data(

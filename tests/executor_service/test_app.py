@@ -34,7 +34,8 @@ from coda.procs import free_port
 from executor_service.app import create_app
 from executor_service.logic import generate_each
 from executor_service.settings import ExecutorSettings
-from tests.fixtures.services import TOKENS, RunningService, asgi_client, image_b64, png_bytes
+from tests.fixtures.images import image_b64, image_bytes
+from tests.fixtures.services import TOKENS, RunningService, asgi_client
 
 SAMPLING = Sampling(temperature=1.0, top_p=0.9, max_tokens=16, seed=7)
 THOUGHTS = ["Click the File menu.", "Open the Edit menu.", "Scroll down the list.",
@@ -78,7 +79,7 @@ async def test_act(http: httpx.AsyncClient) -> None:
 
 async def test_act_with_store_keys_and_history(executor_service: RunningService) -> None:
     store = executor_service.store
-    old, new = store.put(png_bytes(color=(10, 10, 10))), store.put(png_bytes(color=(200, 0, 0)))
+    old, new = store.put(image_bytes(color=(10, 10, 10))), store.put(image_bytes(color=(200, 0, 0)))
     history = [HistoryStep(thought="Thought: Open the menu.\nAction: click File",
                            action_text="click(start_box='(10,20)')",
                            screenshot=ImageRef(ref=old))]

@@ -19,7 +19,7 @@ from executor_service.logic import (
     to_result,
 )
 from executor_service.settings import ExecutorSettings
-from tests.fixtures.services import png_bytes
+from tests.fixtures.images import image_bytes
 
 SHOT = Screenshot(data_url="data:image/png;base64,", width=1280, height=800)
 SETTINGS = ExecutorSettings()
@@ -57,12 +57,12 @@ def test_to_result_maps_from_the_screenshot_size() -> None:
 
 
 def test_read_screenshot(tmp_path: Path) -> None:
-    key = ArtifactStore(str(tmp_path)).put(png_bytes((64, 40)), "image/png")
+    key = ArtifactStore(str(tmp_path)).put(image_bytes((64, 40)), "image/png")
     reader = ScreenshotReader(str(tmp_path))
     shot = read_screenshot(reader, ImageRef(ref=key), ("screenshot",))
     assert (shot.width, shot.height) == (64, 40)
     assert shot.data_url.startswith("data:image/png;base64,")
-    inline = read_screenshot(reader, ImageRef(b64=base64.b64encode(png_bytes((8, 6))).decode()),
+    inline = read_screenshot(reader, ImageRef(b64=base64.b64encode(image_bytes((8, 6))).decode()),
                              ("s",))
     assert (inline.width, inline.height) == (8, 6)
     with pytest.raises(ImageRefError) as info:

@@ -110,7 +110,7 @@ def send(case: Any, label: str, session: requests.Session, base_url: str) -> Exc
                 "content-type", [])):
             payload = response.json()
         case.validate_response(response, checks=CHECKS)
-    except (Exception, BaseExceptionGroup) as exc:  # a check failed, or the call did
+    except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - recorded as the problem
         problem = f"{type(exc).__name__}: {exc}"[:3000]
     return Exchange(label=label, status=status, body=payload, problem=problem,
                     curl=curl_of(case, base_url))

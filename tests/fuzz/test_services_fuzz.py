@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.services import RunningService, image_b64, png_bytes
+from tests.fixtures.images import image_b64, image_bytes
+from tests.fixtures.services import RunningService
 from tests.fuzz.harness import FuzzTarget, fuzz_operation, operation_labels
 
 
@@ -61,7 +62,7 @@ def test_every_operation_is_fuzzed() -> None:
 
 
 def _shots(svc: RunningService) -> list[dict[str, str]]:
-    jpeg = base64.b64encode(png_bytes((60, 40), fmt="JPEG")).decode()
+    jpeg = base64.b64encode(image_bytes((60, 40), fmt="JPEG")).decode()
     return [{"b64": image_b64((56, 56))}, {"b64": f"data:image/jpeg;base64,{jpeg}"},
             {"ref": svc.store.keys["png"]}, {"ref": svc.store.keys["webp"]}]
 
@@ -142,7 +143,7 @@ def screenshots(draw: st.DrawFn, svc: RunningService) -> dict[str, str]:
         return {"ref": draw(st.sampled_from(sorted(svc.store.keys.values())))}
     w, h = draw(st.integers(28, 400)), draw(st.integers(28, 300))
     fmt = draw(st.sampled_from(["PNG", "JPEG", "WEBP"]))
-    data = base64.b64encode(png_bytes((w, h), (w % 256, h % 256, 90), fmt)).decode()
+    data = base64.b64encode(image_bytes((w, h), (w % 256, h % 256, 90), fmt)).decode()
     return {"b64": f"data:image/{fmt.lower()};base64,{data}" if draw(st.booleans()) else data}
 
 

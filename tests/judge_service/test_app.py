@@ -9,16 +9,15 @@ import pytest
 from coda.clients.base import ServiceError
 from coda.clients.judge import InstructionCheckRequest, JudgeClient
 from coda.contracts.services_api import ImageRef, JudgePolicy, JudgeStep
-from tests.fixtures.services import RunningService, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import RunningService
 
-
-def png_b64(color: tuple[int, int, int] = (30, 30, 200)) -> str:
-    return image_b64((112, 70), color)
+SHOT = (112, 70)
 
 
 def steps(n: int) -> list[JudgeStep]:
-    return [JudgeStep(screenshot=ImageRef(b64=png_b64((20 * i, 40, 90))), thought=f"step {i}",
-                      action="click(start_box='(1,1)')") for i in range(n)]
+    return [JudgeStep(screenshot=ImageRef(b64=image_b64(SHOT, (20 * i, 40, 90))),
+                      thought=f"step {i}", action="click(start_box='(1,1)')") for i in range(n)]
 
 
 @pytest.fixture
@@ -53,9 +52,9 @@ async def test_unknown_model_is_422(judge: JudgeClient) -> None:
 
 @pytest.mark.parametrize(("body", "loc"), [
     ({"instruction": "x", "steps": []}, ["body", "steps"]),
-    ({"instruction": "x", "steps": [{"screenshot": {"b64": png_b64()}}],
+    ({"instruction": "x", "steps": [{"screenshot": {"b64": image_b64(SHOT)}}],
       "policy": {"votes": 0}}, ["body", "policy", "votes"]),
-    ({"instruction": "x", "steps": [{"screenshot": {"b64": png_b64()}},
+    ({"instruction": "x", "steps": [{"screenshot": {"b64": image_b64(SHOT)}},
                                     {"screenshot": {"b64": "aGVsbG8="}}]},
      ["body", "steps", 1, "screenshot", "b64"]),
     ({"instruction": "x", "steps": [{"screenshot": {"ref": "missing/0.png"}}]},
@@ -73,7 +72,8 @@ async def test_bad_input_is_422_naming_the_field(judge: JudgeClient, body: dict,
 
 async def test_instruction_check_unparsed_is_not_ok(judge: JudgeClient,
                                                     judge_service: RunningService) -> None:
-    for screenshot in (ImageRef(b64=png_b64()), ImageRef(ref=judge_service.store.keys["jpeg"])):
+    for screenshot in (ImageRef(b64=image_b64(SHOT)),
+                       ImageRef(ref=judge_service.store.keys["jpeg"])):
         check = await judge.check_instruction(InstructionCheckRequest(
             instruction="Plot sin(x) in the 2D view", app="KAlgebra", screenshot=screenshot))
         assert check.parsed is False and check.ok is False and isinstance(check.raw, str)

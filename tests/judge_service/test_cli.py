@@ -9,21 +9,21 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from judge_service.cli import app
-from tests.fixtures.services import RunningService, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import RunningService
 
-
-def png_b64(color: tuple[int, int, int] = (30, 30, 200)) -> str:
-    return image_b64((112, 70), color)
+SHOT = (112, 70)
 
 
 def test_calibrate_cli(judge_service: RunningService, tmp_path: Path) -> None:
     (tmp_path / "shots").mkdir()
-    (tmp_path / "shots" / "0.png").write_bytes(base64.b64decode(png_b64()))
+    (tmp_path / "shots" / "0.png").write_bytes(base64.b64decode(image_b64(SHOT)))
     lines = [
         {"instruction": "Plot sin(x)", "label": True,
          "steps": [{"screenshot": "shots/0.png", "thought": "t", "action": "click()"}]},
         {"instruction": "Plot cos(x)", "label": False,
-         "steps": [{"screenshot": png_b64((1, 2, 3))}, {"screenshot": "shots/0.png"}]},
+         "steps": [{"screenshot": image_b64(SHOT, (1, 2, 3))},
+                   {"screenshot": "shots/0.png"}]},
     ]
     data = tmp_path / "labelled.jsonl"
     data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")

@@ -19,7 +19,8 @@ from coda.contracts.services_api import (
 )
 from coda.inference.openai_compat import context_refusal
 from judge_service.judging import FIT_PIXELS, Fit, fit_ladder
-from tests.fixtures.services import TOKENS, asgi_client, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import TOKENS, asgi_client
 
 # The judge prompt of 3 steps is ~1,000 text tokens for the tiny tokenizer, a 1280x800 frame
 # ~1,300 vision tokens at full resolution and ~60 at the smallest setting.

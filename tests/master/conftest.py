@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +18,6 @@ SCIENCEBOARD = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
 
 def task_docs(n: int, app: str = "KAlgebra") -> list[dict[str, Any]]:
     return [t.to_native() for t in load_tasks(SCIENCEBOARD / "VM" / app)[:n]]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    """Poll ``check`` until it holds (no timing assertion: only an upper bound)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture

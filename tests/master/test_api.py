@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 
 import httpx
 import pytest
-from PIL import Image
 
 from coda.clients.base import ServiceError
 from coda.contracts.jobs import (
@@ -29,13 +27,8 @@ from coda.contracts.training import (
     ModelVersionCreate,
     StateRef,
 )
+from tests.fixtures.images import image_bytes
 from tests.master.conftest import SCIENCEBOARD, submit, task_docs
-
-
-def png(w: int = 64, h: int = 40) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (w, h), (200, 30, 30)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def test_openapi_schema_is_served(master):
@@ -101,7 +94,7 @@ def test_upload_batch_file_and_bad_json(master, tmp_path):
 
 def test_artifacts_upload_limits_and_traversal(master):
     h = {"authorization": f"Bearer {master.worker_token}"}
-    data = png()
+    data = image_bytes((64, 40), (200, 30, 30))
     r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
                    files={"file": ("s.png", data, "image/png")})
     assert r.status_code == 201
@@ -113,7 +106,7 @@ def test_artifacts_upload_limits_and_traversal(master):
     got = httpx.get(f"{master.url}/v1/artifacts/{key}")
     assert got.status_code == 200 and got.content == data
     assert got.headers["content-type"] == "image/png"
-    big = png(600, 600) + b"\0" * 70_000  # over the 64 KiB test limit
+    big = image_bytes((600, 600), (200, 30, 30)) + b"\0" * 70_000  # over the 64 KiB test limit
     r = httpx.post(f"{master.url}/v1/artifacts", headers=h,
                    files={"file": ("b.png", big, "image/png")})
     assert r.status_code == 413

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.master import MasterProcess, Seeded, example_tasks, seed_master, tiny_png
+from tests.fixtures.images import image_bytes
+from tests.fixtures.master import MasterProcess, Seeded, example_tasks, seed_master
 
 NUL, SURROGATE = "a\\u0000b", "a\\ud800b"  # as they appear in JSON text
 Q = '"'
@@ -338,7 +339,7 @@ def test_step_attempt_is_the_leases(module_master, http):
 
 
 @pytest.mark.parametrize(("data", "ctype"), [
-    (tiny_png(), "application/json"), (b"{not json", "application/json"),
+    (image_bytes((1, 1), (255, 0, 0)), "application/json"), (b"{not json", "application/json"),
     (b'{"x": NaN}', "application/json"), (b"GIF89a", "image/png"), (b"<b>", "text/html"),
 ])
 def test_artifacts_must_be_what_they_say(module_master, http, data, ctype):

@@ -20,6 +20,7 @@ from coda.contracts.records import JobKind, Step
 from coda.contracts.training import Verdict
 from coda.urls import to_plain_postgres_url
 from tests.fixtures.master import TEST_CLOCK
+from tests.fixtures.waiting import wait_for_async
 from tests.master.conftest import submit
 
 EPISODE_OF_JOB = {"cancelled": "cancelled", "succeeded": "completed", "failed": "failed"}
@@ -54,13 +55,17 @@ async def _work(client: MasterClient, worker: uuid.UUID, rng: random.Random,
 
 async def _cancel_when(admin: MasterClient, batch: uuid.UUID, finished: list[int], after: int,
                        done: asyncio.Event) -> None:
-    deadline = asyncio.get_running_loop().time() + 10  # an upper bound, not a timing
-    while len(finished) < after and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
-    # two cancels at once: the second is a no-op, neither may break the other
-    got = await asyncio.gather(admin.cancel_batch(batch), admin.cancel_batch(batch))
-    assert all(b.status.value == "cancelled" for b in got)
-    done.set()
+    async def enough() -> bool:
+        return len(finished) >= after
+
+    try:
+        await wait_for_async(enough, f"{after} episodes finished before the cancel", 60,
+                             interval=0.01)
+        # two cancels at once: the second is a no-op, neither may break the other
+        got = await asyncio.gather(admin.cancel_batch(batch), admin.cancel_batch(batch))
+        assert all(b.status.value == "cancelled" for b in got)
+    finally:  # the workers end once nothing is left to lease, even when this failed
+        done.set()
 
 
 async def _check(master, batch: uuid.UUID) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,8 @@ from coda.contracts.jobs import EpisodeResult
 from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import EpisodeStatus, JobKind, Step
 from coda.urls import to_plain_postgres_url
-from tests.master.conftest import eventually, submit
+from tests.fixtures.waiting import wait_for_async
+from tests.master.conftest import submit
 
 
 async def test_lease_heartbeat_step_complete(master, admin, wclient, worker):
@@ -76,7 +77,7 @@ async def test_max_attempts_then_failed_with_reason(master, admin, wclient, work
     master.advance_clock(3)
     async def failed() -> bool:
         return (await wclient.get_job(job2.id)).status == "failed"
-    await eventually(failed)
+    await wait_for_async(failed, "the expiry sweep to fail the job past its attempts")
     state = await wclient.get_job(job2.id)
     assert "lease expired on attempt 2 of 2" in (state.error or "")
     ep = await admin.get_episode(job2.payload.episode_id)
@@ -134,7 +135,7 @@ async def _polling(master) -> None:  # type: ignore[no-untyped-def]
     """Until a lease request is long-polling on the master (its gauge, not a sleep)."""
     async def waiting() -> bool:
         return await asyncio.to_thread(master.metric, "coda_lease_polls_waiting") >= 1
-    await eventually(waiting)
+    await wait_for_async(waiting, "a lease request long-polling on the master")
 
 
 async def test_long_poll_returns_when_work_arrives(master, admin, wclient, worker):
@@ -155,7 +156,7 @@ async def test_redis_data_loss_rebuilds_queue(master, admin, wclient, worker):
 
     async def rebuilt() -> bool:
         return bool(await r.exists(f"{master.env['CODA_REDIS_PREFIX']}:built"))
-    await eventually(rebuilt)
+    await wait_for_async(rebuilt, "the queue rebuilt in Redis")
     await r.aclose()
     rest = await wclient.lease(worker.id, capacity=10)
     assert len(rest) == 4  # nothing lost, nothing duplicated
@@ -264,7 +265,7 @@ async def test_a_stored_payload_that_does_not_fit_its_kind_fails_its_job(
     async def failed() -> bool:  # the reconcile loop puts the row into the Redis queue
         assert await wclient.lease(worker.id, JobKind.GROUP, wait_s=0.5) == []
         return (await wclient.get_job(job_id)).status == "failed"
-    await eventually(failed)
+    await wait_for_async(failed, "the unfit stored payload to fail its job")
     state = await wclient.get_job(job_id)
     assert state.error is not None and state.error.startswith(
         "payload: does not fit the group job contract") and "episode_id" in state.error

@@ -10,7 +10,8 @@ import pytest
 from coda.clients.base import ServiceError
 from coda.clients.planner import PlannerClient
 from coda.contracts.services_api import HistoryStep, ImageRef, PlanRequest, Sampling
-from tests.fixtures.services import RunningService, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import RunningService
 
 SMALL = Sampling(temperature=1.0, top_p=0.9, max_tokens=6, seed=0)
 

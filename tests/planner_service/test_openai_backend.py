@@ -13,7 +13,8 @@ from coda.contracts.services_api import ImageRef, PlanRequest, Sampling
 from planner_service.app import create_app
 from planner_service.cli import app as cli_app
 from planner_service.settings import PlannerSettings
-from tests.fixtures.services import TOKENS, asgi_client, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import TOKENS, asgi_client
 
 
 async def test_plan_through_openai_backend(transformers_serve_url: str,

@@ -9,7 +9,9 @@ from typing import Any
 
 from coda.contracts.training import ModelRole, ModelVersion
 from planner_service.versions import store_relative, wanted
-from tests.fixtures.services import TOKENS, Store, asgi_client, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import TOKENS, Store, asgi_client
+from tests.fixtures.waiting import wait_for_async
 
 
 def version(name: str, *, current: bool = False, adapter: bool = True) -> ModelVersion:
@@ -43,7 +45,6 @@ async def test_a_planner_started_after_a_publish_serves_the_current_version(
         master: Any, service_store: Store, tiny_model_dir: Path, tmp_path: Path) -> None:
     """The transformers backend, a real master: a (re)started planner pulls the current
     version before it is ready, and the next version by its poll."""
-    import asyncio
     import shutil
 
     from coda.clients.master import MasterClient
@@ -71,11 +72,11 @@ async def test_a_planner_started_after_a_publish_serves_the_current_version(
         assert resp.status_code == 200, resp.text
         assert resp.json()["plans"][0]["version"] == "pt-000001"  # pulled before ready
         await publish("pt-000002")
-        for _ in range(240):  # the poll picks it up (bounded wait on state)
+
+        async def plans_by_the_new_version() -> bool:  # the poll picks it up
             resp = await http.post("/v1/plan", json=body)
-            if resp.json()["plans"][0]["version"] == "pt-000002":
-                break
-            await asyncio.sleep(0.5)
-        assert resp.json()["plans"][0]["version"] == "pt-000002"
+            return bool(resp.json()["plans"][0]["version"] == "pt-000002")
+
+        await wait_for_async(plans_by_the_new_version, "plans by pt-000002", 120, interval=0.5)
         versions = {a["version"] for a in (await http.get("/v1/adapters")).json()["items"]}
         assert versions == {"base", "pt-000001", "pt-000002"}

@@ -9,13 +9,11 @@ stands in for the executor + action reward of the real system.
 
 from __future__ import annotations
 
-import io
 import string
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from coda.actions import Click
 from coda.artifacts import ArtifactStore
@@ -23,10 +21,13 @@ from coda.clients.planner import PlannerClient
 from coda.contracts.services_api import HistoryStep, ImageRef, PlanRequest, Sampling
 from coda.contracts.training import Candidate, Group, StateRef
 from coda_app.services import ServiceProcess
+from tests.fixtures.images import image_bytes
 from tests.fixtures.services import TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PIXELS = 112 * 112
+SCREEN = (112, 84)
+"""The test screenshots' size."""
 INSTRUCTION = "Open the File menu and save the document"
 CLICK = Click(x=10, y=20)
 LORA_TARGETS = (r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|"
@@ -45,12 +46,6 @@ def synthetic_reward(text: str) -> float:
     if not chars:
         return 0.0
     return sum(c in string.ascii_lowercase + " " for c in chars) / len(chars)
-
-
-def png(color: tuple[int, int, int], size: tuple[int, int] = (112, 84)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture
@@ -81,7 +76,8 @@ def planner_process(tiny_model_dir: Path, artifacts_dir: Path,
 def store_screens(artifacts_dir: Path) -> tuple[str, str]:
     """Two screenshots in the store: the current one and the previous step's."""
     store = ArtifactStore(f"file://{artifacts_dir}")
-    return store.put(png((200, 30, 30)), "image/png"), store.put(png((20, 90, 200)), "image/png")
+    return store.put(image_bytes(SCREEN, (200, 30, 30)), "image/png"), store.put(
+        image_bytes(SCREEN, (20, 90, 200)), "image/png")
 
 
 def make_state(screen: str, previous: str) -> StateRef:

@@ -17,7 +17,8 @@ from coda.contracts.training import Candidate, Group, StateRef
 from coda.inference.encoding import build_model_inputs, ensure_processor_workaround
 from planner_service.app import PlannerState, build_messages
 from planner_service.settings import PlannerSettings
-from tests.trainer.conftest import CLICK, INSTRUCTION, png
+from tests.fixtures.images import image_bytes
+from tests.trainer.conftest import CLICK, INSTRUCTION, SCREEN
 from trainer.data import (
     GroupDataError,
     PromptOptions,
@@ -36,7 +37,8 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def keys(store_dir: Path) -> list[str]:
     store = ArtifactStore(f"file://{store_dir}")
-    return [store.put(png(c), "image/png") for c in ((200, 30, 30), (20, 90, 200), (9, 9, 9))]
+    return [store.put(image_bytes(SCREEN, c), "image/png")
+            for c in ((200, 30, 30), (20, 90, 200), (9, 9, 9))]
 
 
 @pytest.fixture(scope="module")

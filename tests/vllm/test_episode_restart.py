@@ -18,8 +18,9 @@ import pytest
 from coda_app.services import ServiceProcess, running_services
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.services import TOKENS, Store
+from tests.fixtures.waiting import wait_for
 from tests.vllm.conftest import SERVED_NAME, VllmServer
-from tests.worker.workerproc import Rest, running_worker, wait_for, worker_env
+from tests.worker.workerproc import Rest, running_worker, worker_env
 
 pytestmark = pytest.mark.vllm
 TASK = {"id": "vllm-restart", "app": "xterm", "step_budget": 8,
@@ -65,16 +66,18 @@ def test_vllm_killed_under_a_running_episode(
                      max_steps=8)
     with running_worker(env, tmp_path / "worker.log") as worker:
         wait_for(lambda: len(rest.episode(episode_id)["steps"] or []) >= 1,
-                 "a first step", WAIT_S, worker)
+                 "a first step", WAIT_S, logs=worker.log, gone=worker.exited)
         vllm_server.kill()
         try:
             wait_for(lambda: '"service_unavailable' in worker.log()
                      or '"service_unreachable' in worker.log(),
-                     "the attempt failed for the model server", WAIT_S, worker)
+                     "the attempt failed for the model server", WAIT_S, logs=worker.log,
+                     gone=worker.exited)
         finally:
             vllm_server.start()
         ep = wait_for(lambda: (e := rest.episode(episode_id))["status"]
-                      in ("completed", "failed") and e, "the episode's end", WAIT_S, worker)
+                      in ("completed", "failed") and e, "the episode's end", WAIT_S,
+                      logs=worker.log, gone=worker.exited)
         log = worker.log()
     failed = [json.loads(line) for line in log.splitlines()
               if line.startswith("{") and '"job.failed"' in line]

@@ -25,7 +25,8 @@ from coda.contracts.services_api import (
 )
 from coda.inference.base import ChatMessage, Completion, GenerateOptions
 from coda.inference.openai_compat import OpenAICompatBackend
-from tests.fixtures.services import TOKENS, Store, asgi_client, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import TOKENS, Store, asgi_client
 from tests.vllm.conftest import SERVED_NAME, VllmServer
 
 pytestmark = pytest.mark.vllm

@@ -3,7 +3,6 @@ the master (a real master process) and loads it into vLLM again after a kill -9.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from coda.contracts.training import ModelVersionCreate
 from coda.logging import get_logger
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.services import TOKENS, Store, asgi_client
+from tests.fixtures.waiting import wait_for_async
 from tests.vllm.conftest import SERVED_NAME, VllmServer
 from tests.vllm.test_services import plan_request
 
@@ -39,15 +39,6 @@ def publish(store: Store, master: MasterProcess, name: str) -> Callable[[], Awai
             await m.register_version(ModelVersionCreate(
                 name=name, base_model="tiny", adapter_uri=str(target), make_current=True))
     return go
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str,
-                timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        await asyncio.sleep(0.5)
 
 
 async def default_version(planner: httpx.AsyncClient) -> str | None:
@@ -88,7 +79,8 @@ async def test_the_current_version_survives_a_vllm_kill(
     async with asgi_client(create_app(settings)) as planner:
         assert await default_version(planner) == "base"  # nothing published yet
         await publish(service_store, master, v1)()
-        await until(lambda: _is(default_version(planner), v1), f"plans by {v1}")
+        await wait_for_async(lambda: _is(default_version(planner), v1), f"plans by {v1}",
+                             WAIT_S, interval=0.5)
 
         # vLLM dies (its runtime LoRAs with it); the trainer publishes v2 meanwhile
         killed = time.monotonic()
@@ -104,15 +96,18 @@ async def test_the_current_version_survives_a_vllm_kill(
         first = await planner.post("/v1/plan", json={**plan_request(2), "adapter": v2})
         assert first.status_code == 200, first.text
         assert {p.version for p in PlanResponse.model_validate(first.json()).plans} == {v2}
-        await until(lambda: _is(default_version(planner), v2), f"plans by {v2}")
+        await wait_for_async(lambda: _is(default_version(planner), v2), f"plans by {v2}",
+                             WAIT_S, interval=0.5)
         recovered = time.monotonic()
-        await until(lambda: _has(served(vllm_server.url), {v1, v2}), "v1, v2 in vLLM")
+        await wait_for_async(lambda: _has(served(vllm_server.url), {v1, v2}), "v1, v2 in vLLM",
+                             WAIT_S, interval=0.5)
         older = await planner.post("/v1/plan", json={**plan_request(1), "adapter": v1})
         assert older.status_code == 200, older.text  # the version kept before the current
 
         # the next version is pulled by the poll alone; the oldest leaves (keep_versions=2)
         await publish(service_store, master, v3)()
-        await until(lambda: _is(default_version(planner), v3), f"plans by {v3}")
+        await wait_for_async(lambda: _is(default_version(planner), v3), f"plans by {v3}",
+                             WAIT_S, interval=0.5)
         listing = (await planner.get("/v1/adapters")).json()["items"]
         assert {a["version"] for a in listing} == {"base", v2, v3}
     after_restart, after_kill = recovered - up, recovered - killed

@@ -1,31 +1,15 @@
-"""Probes for the desktop tests: wait for a condition instead of sleeping a fixed time."""
+"""Probes for the desktop tests (awaited with :func:`tests.fixtures.waiting.wait_for`)."""
 
 from __future__ import annotations
 
 import io
 import json
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from PIL import Image
 
 from coda.contracts.desktop import WindowInfo
 from worker.providers.client import GuestClient
-
-T = TypeVar("T")
-
-
-def wait_until(probe: Callable[[], T], what: str, timeout: float = 30.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def window(guest: GuestClient | None, needle: str) -> WindowInfo | None:

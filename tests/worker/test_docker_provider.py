@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from coda.contracts.desktop import BrokenReason
+from tests.fixtures.waiting import wait_for
 from worker.providers.conformance import check_desktop
 from worker.providers.docker import DockerProvider, DockerSettings
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
 
-from .helpers import wait_until, window
+from .helpers import window
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -100,7 +101,7 @@ def _leave_an_episode_behind(d: ContainerDesktop) -> None:
     assert out["returncode"] == 0, out
     guest.launch(["xterm", "-T", "episode-1"])
     guest.launch("sleep 600 &", shell=True)
-    wait_until(lambda: window(guest, "episode-1"), "the first episode's xterm")
+    wait_for(lambda: window(guest, "episode-1"), "the first episode's xterm")
 
 
 def _assert_clean(d: ContainerDesktop) -> None:
@@ -139,7 +140,7 @@ def _wait_exited(d: ContainerDesktop) -> None:
     def exited() -> bool:
         d.container.reload()
         return bool(d.container.status != "running")
-    wait_until(exited, "the container to exit")
+    wait_for(exited, "the container to exit")
 
 
 def test_a_killed_container_is_reported_and_replaced(desktop: ContainerDesktop) -> None:
@@ -201,7 +202,7 @@ def test_slots_are_isolated(provider: DockerProvider) -> None:
         d.guest.upload(path, f"\\documentclass{{article}} % {text}\n".encode())
         d.guest.launch(["texstudio", path])
     for d in (a, b):
-        wait_until(partial(window, d.guest, "main.tex"), f"TeXstudio on slot {d.slot}",
+        wait_for(partial(window, d.guest, "main.tex"), f"TeXstudio on slot {d.slot}",
                    timeout=90)
     assert isinstance(a, ContainerDesktop) and isinstance(b, ContainerDesktop)
     assert a.container.id != b.container.id and a.ports != b.ports and a.token != b.token

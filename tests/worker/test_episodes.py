@@ -23,9 +23,10 @@ import pytest
 from coda.logging import get_logger
 from tests.fixtures.master import EXAMPLES, MasterProcess
 from tests.fixtures.services import RunningService
+from tests.fixtures.waiting import wait_for
 from worker.providers.image import grassdata
 
-from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
+from .workerproc import Rest, WorkerProcess, running_worker, worker_env
 
 pytestmark = pytest.mark.slow
 log = get_logger(__name__)
@@ -53,12 +54,14 @@ def _wait_episode(rest: Rest, episode_id: str, worker: WorkerProcess | None,
                                  + (f"\nworker log:\n{worker.log()}" if worker else ""))
         return ep if ep["status"] == status else None
 
-    return wait_for(probe, f"episode {episode_id} {status}", timeout, worker)  # type: ignore[no-any-return]
+    return wait_for(probe, f"episode {episode_id} {status}", timeout,
+                    logs=worker.log if worker else lambda: "",
+                    gone=worker.exited if worker else None)
 
 
 def _wait_steps(rest: Rest, episode_id: str, n: int, worker: WorkerProcess) -> None:
     wait_for(lambda: len(rest.episode(episode_id)["steps"] or []) >= n,
-             f"{n} steps of {episode_id}", EPISODE_TIMEOUT, worker)
+             f"{n} steps of {episode_id}", EPISODE_TIMEOUT, logs=worker.log, gone=worker.exited)
 
 
 def _assert_c02_solved(ep: dict[str, Any], attempt: int) -> None:
@@ -99,7 +102,7 @@ def test_tiny_models_garbage_output_is_recorded_as_step_errors(
         assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
         # the completed episode got a judge job (batch option "always"); its verdict is stored
         judged = wait_for(lambda: rest.episode(episode_id)["verdict"], "the verdict", 180,
-                          worker)
+                          logs=worker.log, gone=worker.exited)
         assert isinstance(judged["correct"], bool) and judged["votes"]
 
 
@@ -122,7 +125,8 @@ def _group_job(rest: Rest, episode_id: str, worker: WorkerProcess) -> None:
     """A group job on the episode's first step (8 plans sampled and scored), done."""
     job = rest.post("/v1/jobs", {"kind": "group", "payload": {
         "episode_id": episode_id, "attempt": 1, "step_index": 0, "group_size": 8}})
-    wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120, worker)
+    wait_for(lambda: rest.job(job["id"])["status"] == "succeeded", "the group job", 120,
+             logs=worker.log, gone=worker.exited)
 
 
 def _assert_right_and_wrong_plans(rest: Rest) -> None:
@@ -229,7 +233,8 @@ def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
     rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
     with running_worker(env, tmp_path / "worker.log") as worker:
         _wait_steps(rest, episode_id, 1, worker)
-        xvfb = wait_for(lambda: worker.processes("Xvfb"), "the slot's Xvfb", 30, worker)
+        xvfb = wait_for(lambda: worker.processes("Xvfb"), "the slot's Xvfb", 30,
+                        logs=worker.log, gone=worker.exited)
         for p in xvfb:
             p.kill()
         ep = _wait_episode(rest, episode_id, worker)

@@ -14,11 +14,12 @@ import pytest
 from PIL import Image
 
 from coda.actions import Click, Move, TypeText
+from tests.fixtures.waiting import wait_for
 from worker.guest import a11y, commands
 from worker.guest.runner import ActionRunner, ActionTimeout
 from worker.providers.local import LocalDesktop
 
-from .helpers import pixel, read_json, region, wait_until, window
+from .helpers import pixel, read_json, region, window
 
 TK_APP = Path(__file__).parent / "apps" / "tk_clicker.py"
 
@@ -61,7 +62,7 @@ def test_typing_into_xterm_creates_a_file_and_the_screenshot_shows_it(
     guest = desktop.guest
     assert guest is not None
     guest.launch(["xterm", "-geometry", "80x12+40+40", "-bg", "white", "-fg", "black"])
-    term = wait_until(lambda: window(guest, "xterm"), "the xterm window")
+    term = wait_for(lambda: window(guest, "xterm"), "the xterm window")
     assert term is not None
     box = (term.x, term.y, term.x + term.width, term.y + term.height)
     assert desktop.act(Click(x=term.x + term.width // 2, y=term.y + term.height // 2)).ok
@@ -69,7 +70,7 @@ def test_typing_into_xterm_creates_a_file_and_the_screenshot_shows_it(
     # '<' '>' '{' are typed right (pyautogui alone types '<' as '>' on this keymap)
     assert desktop.act(TypeText(text="echo 'a<b>c {x}' > ~/typed.txt\n")).ok
     target = f"{desktop.home}/typed.txt"
-    content = wait_until(lambda: guest.read_file(target), "the file the typed command creates")
+    content = wait_for(lambda: guest.read_file(target), "the file the typed command creates")
     assert content == b"a<b>c {x}\n"
     after = desktop.observe().image
     assert region(before, box) != region(after, box), "the typed text must show in the xterm"
@@ -82,13 +83,13 @@ def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
     assert guest is not None
     state_file = f"{desktop.home}/tk-state.json"
     guest.launch(["python3", str(TK_APP), state_file])
-    state = wait_until(lambda: read_json(guest, state_file), "the Tk window to map")
+    state = wait_for(lambda: read_json(guest, state_file), "the Tk window to map")
     cx, cy = state["x"] + state["width"] // 2, state["y"] + state["height"] // 2
     probe = (cx + 60, cy + 40)  # away from the cursor and the label
     assert pixel(desktop.observe().image, *probe) == (0x80, 0x80, 0x80)
     assert desktop.act(Click(x=cx, y=cy)).ok
-    wait_until(lambda: (read_json(guest, state_file) or {}).get("clicked"), "the click")
-    shown = wait_until(lambda: pixel(desktop.observe().image, *probe) == (0x20, 0xC0, 0x20),
+    wait_for(lambda: (read_json(guest, state_file) or {}).get("clicked"), "the click")
+    shown = wait_for(lambda: pixel(desktop.observe().image, *probe) == (0x20, 0xC0, 0x20),
                        "the button to turn green in a screenshot", timeout=10)
     assert shown
 
@@ -127,7 +128,7 @@ def test_command_time_is_bounded_and_the_process_group_dies(desktop: LocalDeskto
                                      "shell": True, "timeout": 1})
         assert r.status_code == 500 and "timed out after 1 seconds" in r.json()["message"]
         assert time.monotonic() - start < 20
-    wait_until(lambda: not [p for p in commands.marked_pids(desktop.id)
+    wait_for(lambda: not [p for p in commands.marked_pids(desktop.id)
                             if "sleep" in Path(f"/proc/{p}/cmdline").read_bytes().decode()],
                "the timed-out command's processes to be gone", timeout=10)
 
@@ -180,7 +181,21 @@ def test_close_apps_ends_everything_the_agent_started(desktop: LocalDesktop) -> 
     assert guest is not None
     guest.launch(["xterm"])
     guest.launch("sleep 300 & sleep 301", shell=True)
-    wait_until(lambda: window(guest, "xterm"), "the xterm window")
+    wait_for(lambda: window(guest, "xterm"), "the xterm window")
     reply = guest.close_apps()
     assert reply.killed >= 3 and reply.windows == []
     assert commands.marked_pids(desktop.id) == []
+
+
+def test_a_display_that_is_not_there_is_display_unavailable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What python-xlib raises for a missing X server becomes the one typed error the routes
+    answer 503 ``x_unavailable`` with."""
+    from worker.guest.capture import DisplayUnavailable
+    from worker.guest.xsession import XSession
+
+    (tmp_path / "xauth").touch()
+    monkeypatch.setenv("XAUTHORITY", str(tmp_path / "xauth"))
+    x = XSession(":4093")  # no X server there
+    with pytest.raises(DisplayUnavailable, match=r"display :4093: DisplayConnectionError"):
+        x.screen_size()

@@ -14,11 +14,10 @@ import pytest
 from coda.actions import Hotkey, Press, TypeText
 from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
+from tests.fixtures.waiting import wait_for
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
 from worker.tasks.adapters.kalgebra import desktop as kdesktop
-
-from .helpers import wait_until
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "KAlgebra"
 
@@ -32,12 +31,12 @@ def console(*lines: str, variable: str, from_tab: bool = False) -> Solution:
     def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
         if from_tab:
             assert desktop.act(Hotkey(keys=["alt", "c"])).ok
-            wait_until(lambda: kdesktop.helper(ctx, "state")["tab"] == 0, "the Calculator tab")
+            wait_for(lambda: kdesktop.helper(ctx, "state")["tab"] == 0, "the Calculator tab")
         for line in lines:
             for action in (TypeText(text=line), Press(key="enter")):
                 result = desktop.act(action)
                 assert result.ok, result.error
-        wait_until(lambda: variable in dict(kdesktop.helper(ctx, "state")["variables"]),
+        wait_for(lambda: variable in dict(kdesktop.helper(ctx, "state")["variables"]),
                    f"{variable} in KAlgebra's Variables panel")
         return EpisodeEnd(kind="DONE")
     return solve

@@ -8,11 +8,12 @@ import signal
 from functools import partial
 
 from coda.contracts.desktop import BrokenReason
+from tests.fixtures.waiting import wait_for
 from worker.guest import commands
 from worker.providers.conformance import check_desktop
 from worker.providers.local import LocalDesktop, LocalProvider
 
-from .helpers import wait_until, window
+from .helpers import window
 
 
 def test_local_desktop_passes_the_provider_contract(provider: LocalProvider) -> None:
@@ -27,7 +28,7 @@ def test_reset_really_cleans(desktop: LocalDesktop) -> None:
     assert out["returncode"] == 0
     guest.launch(["xterm", "-T", "episode-1"])
     guest.launch("sleep 600 &", shell=True)
-    wait_until(lambda: window(guest, "episode-1"), "the first episode's xterm")
+    wait_for(lambda: window(guest, "episode-1"), "the first episode's xterm")
     desktop.reset()
     guest = desktop.guest
     assert guest is not None
@@ -82,7 +83,7 @@ def test_close_stops_every_process(desktop_host: None) -> None:
     d.reset()
     assert isinstance(d, LocalDesktop) and d.guest is not None
     d.guest.launch(["xterm"])
-    wait_until(lambda: window(d.guest, "xterm") if d.guest else None, "xterm")
+    wait_for(lambda: window(d.guest, "xterm") if d.guest else None, "xterm")
     pids = [p.pid for p in d._procs.values()] + commands.marked_pids(d.id)
     assert len(pids) >= 4
     root = provider.root
@@ -100,6 +101,6 @@ def test_slots_are_isolated_even_for_single_instance_apps(provider: LocalProvide
         d.guest.upload(f"{d.home}/atelier/{d.id}.tex", b"\\documentclass{article}\n")
         d.guest.launch(["texstudio", f"{d.home}/atelier/{d.id}.tex"])
     for d in (a, b):
-        wait_until(partial(window, d.guest, f"{d.id}.tex"), f"TeXstudio on {d.id}")
+        wait_for(partial(window, d.guest, f"{d.id}.tex"), f"TeXstudio on {d.id}")
     assert a.display != b.display and a.home != b.home
 

@@ -20,12 +20,13 @@ from coda.actions import Click
 from coda.contracts.desktop import GuestKind
 from coda.procs import free_port, stop_process
 from coda.tasks import parse_task
+from tests.fixtures.waiting import exited, wait_for
 from worker.providers.base import GuestLayout
 from worker.providers.client import GuestClient
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_setup
 
-from .helpers import wait_until, window
+from .helpers import window
 
 PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
 
@@ -49,7 +50,7 @@ def throwaway_agent(desktop: LocalDesktop) -> Iterator[str]:
             return False
 
     try:
-        wait_until(up, "the throw-away agent")
+        wait_for(up, "the throw-away agent", gone=exited(proc, "the throw-away agent"))
         yield base
     finally:
         stop_process(proc)
@@ -87,7 +88,7 @@ def test_osworld_client_sequence(server: str, desktop: LocalDesktop) -> None:
                                        "shell": False}))
     assert r.status_code == 200 and "launched successfully" in r.text
     assert desktop.guest is not None
-    wait_until(lambda: window(desktop.guest, "osworld-term"), "the launched xterm")
+    wait_for(lambda: window(desktop.guest, "osworld-term"), "the launched xterm")
     r = requests.post(server + "/setup/open_file", headers=headers,
                       data=json.dumps({"path": f"{home}/Desktop/notes.txt"}))
     assert r.status_code == 200 and r.text == "File opened successfully"
@@ -106,7 +107,7 @@ def test_osworld_client_sequence(server: str, desktop: LocalDesktop) -> None:
                           data=json.dumps({"window_name": "osworld-term", "strict": True,
                                            "by_class": False}))
         assert r.status_code == 200
-    wait_until(lambda: window(desktop.guest, "osworld-term") is None, "wmctrl to close it")
+    wait_for(lambda: window(desktop.guest, "osworld-term") is None, "wmctrl to close it")
 
     # PythonController: screenshot, actions through /execute, platform, sizes, files
     shot = requests.get(server + "/screenshot")

@@ -13,10 +13,11 @@ import pytest
 from coda.actions import Action, Hotkey, Press, TypeText
 from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
+from tests.fixtures.waiting import wait_for
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
 
-from .helpers import wait_until, window
+from .helpers import window
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM"
 
@@ -46,14 +47,14 @@ def _run_texstudio_task(desktop: LocalDesktop, name: str, actions: list[Action])
     report = run_setup(ctx)
     assert report.ok, report.first_problem
     guest = ctx.guest
-    wait_until(lambda: window(guest, "main.tex - TeXstudio"), "TeXstudio with main.tex loaded")
+    wait_for(lambda: window(guest, "main.tex - TeXstudio"), "TeXstudio with main.tex loaded")
     main = ctx.rw("/home/user/atelier/main.tex")
     original = guest.read_file(main)
     for action in actions:
         result = desktop.act(action)
         assert result.ok, result.error
         assert desktop.settle(), f"the screen kept changing after {action}"
-    wait_until(lambda: guest.read_file(main) != original, "TeXstudio to save main.tex")
+    wait_for(lambda: guest.read_file(main) != original, "TeXstudio to save main.tex")
     return run_checkers(ctx, EpisodeEnd(kind="DONE"))
 
 
@@ -108,4 +109,4 @@ def test_grass_gis_gui_starts_from_the_slot_image(desktop: LocalDesktop) -> None
     made = guest.execute("grass -c EPSG:4326 -e ~/grassdata/world", shell=True, timeout=120)
     assert made["returncode"] == 0, made["error"]
     guest.launch("grass --gui ~/grassdata/world/PERMANENT", shell=True)
-    wait_until(lambda: window(guest, "GRASS GIS"), "the GRASS GIS main window", timeout=120)
+    wait_for(lambda: window(guest, "GRASS GIS"), "the GRASS GIS main window", timeout=120)

@@ -8,30 +8,21 @@ on a fake clock (no waits) and must never reach the failure; the project's own a
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from PIL import Image
 from pydantic import ValidationError
 
 from coda.actions import Click
 from coda.contracts.desktop import BrokenReason, DesktopBroken, GuestKind
+from tests.fixtures.images import image_bytes
 from worker.providers.base import OSWORLD_PAUSE_S, Desktop
 from worker.providers.client import GuestClient, GuestError, ScreenshotBudgetSpent
 from worker.providers.local import LocalDesktop
 from worker.settings import WorkerSettings
-
-
-def _png() -> bytes:
-    img = Image.new("RGB", (64, 40), "#3b5a80")
-    img.paste((255, 255, 255), (8, 8, 24, 24))  # not one flat colour: the health probe passes
-    out = io.BytesIO()
-    img.save(out, format="PNG")
-    return out.getvalue()
 
 
 class LeakyGuest:
@@ -39,7 +30,7 @@ class LeakyGuest:
     that crashes the server: from then on every request is dropped unanswered, until
     :meth:`reboot` (a VM revert). ``coda=True`` answers ``/health`` as the project's agent."""
 
-    PNG = _png()
+    PNG = image_bytes((64, 40), (0x3B, 0x5A, 0x80), patch=(8, 8, 24, 24))  # not flat: healthy
 
     def __init__(self, limit: int = 250, *, coda: bool = False) -> None:
         self.limit, self.coda = limit, coda

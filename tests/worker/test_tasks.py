@@ -17,13 +17,14 @@ import pytest
 from coda.actions import Answer, Click, Done, Fail
 from coda.contracts.desktop import BrokenReason, CheckStatus, CheckVerdict, EpisodeEnd, StepStatus
 from coda.tasks import load_task_file, parse_task
+from tests.fixtures.waiting import wait_for
 from worker.providers.base import GuestLayout
 from worker.providers.client import GuestClient
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, episode_end, run_checkers, run_setup
 from worker.tasks.expr import UnsafeExpression, compile_lambda
 
-from .helpers import wait_until, window
+from .helpers import window
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM"
 
@@ -193,11 +194,11 @@ def test_osworld_config_steps_and_command_and_file_checks(desktop: LocalDesktop,
     ctx = TaskContext.for_desktop(desktop, task)
     report = run_setup(ctx)
     assert report.ok, report.first_problem
-    wait_until(lambda: window(ctx.guest, "osworld-cfg"), "the launched xterm")
+    wait_for(lambda: window(ctx.guest, "osworld-cfg"), "the launched xterm")
     assert ctx.guest.read_file(ctx.rw(f"{home}/Downloads/fetched.txt")) == local.read_bytes()
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
     assert outcome.verdict is CheckVerdict.SUCCESS, outcome
-    wait_until(lambda: window(ctx.guest, "osworld-cfg") is None, "postconfig to close the xterm")
+    wait_for(lambda: window(ctx.guest, "osworld-cfg") is None, "postconfig to close the xterm")
     ctx.guest.execute("echo error >> ~/copy.txt", shell=True)
     outcome = run_checkers(ctx, EpisodeEnd(kind="DONE"))
     assert outcome.verdict is CheckVerdict.FAILURE

@@ -3,7 +3,9 @@ states, step timings, settings, provider options and the wait for a quiet screen
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,9 +15,9 @@ import pytest
 from coda.actions import Hotkey
 from coda.contracts.history import ImageRef
 from coda.contracts.jobs import JudgeJobResult
-from coda.contracts.records import Episode, EpisodeStatus, Step
+from coda.contracts.records import Episode, EpisodeStatus, Step, StepTimings
 from coda.contracts.training import Verdict, Vote
-from worker.episode import StepTimes
+from worker.episode import overhead_ms, started_timings
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
 from worker.providers.base import wait_quiet
@@ -92,9 +94,11 @@ def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
 
 
 def test_step_overhead_leaves_out_models_and_the_action() -> None:
-    t = StepTimes(total=500, plan_model=100, execute_model=50, act=20, settle=300)
-    assert t.overhead() == 30 and t.record().overhead == 30 and t.record().total == 500
-    assert StepTimes(total=10, settle=20).overhead() == 0
+    t = started_timings().model_copy(update={"total": 500, "plan_model": 100,
+                                             "execute_model": 50, "act": 20, "settle": 300})
+    assert overhead_ms(t) == 30
+    assert overhead_ms(started_timings().model_copy(update={"total": 10, "settle": 20})) == 0
+    assert started_timings().model_dump() == dict.fromkeys(StepTimings.model_fields, 0.0)
 
 
 def test_settings_read_lists_and_json_from_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -177,3 +181,45 @@ def test_a_model_service_unavailable_fails_the_attempt_not_the_step() -> None:
         assert err.value.reason == "service_unavailable" and err.value.retry
     unavailable("planner", ServiceError(422, "bad", "http://p"))  # a step error, recorded
     unavailable("executor", ServiceError(413, "too long", "http://e"))
+
+
+def _episode_run(report: Coroutine[Any, Any, None]) -> Any:
+    """An episode run whose attempt fails at once, with ``report`` as the step report in
+    flight (only the job's id and the report matter here)."""
+    from types import SimpleNamespace
+
+    from worker.episode import AttemptFailed, EpisodeRun
+
+    run = EpisodeRun(job=SimpleNamespace(id=uuid.uuid4()), desktop=None, master=None,  # type: ignore[arg-type]
+                     planner=None, executor=None, settings=None)  # type: ignore[arg-type]
+
+    async def attempt() -> None:
+        raise AttemptFailed("x_crashed", "the display is gone")
+
+    run._run = attempt  # type: ignore[method-assign]
+    run._report = asyncio.create_task(report)
+    return run
+
+
+async def test_a_failed_attempt_lands_its_step_report_and_raises_its_own_error() -> None:
+    from worker.episode import AttemptFailed, LeaseGone
+
+    async def lost() -> None:
+        raise LeaseGone("the master took the lease back")
+
+    run = _episode_run(lost())
+    with pytest.raises(AttemptFailed):  # the report's loss is logged, not raised instead
+        await run.run()
+    assert run._report is None
+
+
+async def test_a_cancel_while_the_step_report_lands_is_not_swallowed() -> None:
+    landed = asyncio.Event()
+    run = _episode_run(landed.wait())  # type: ignore[arg-type]
+    report = run._report
+    task = asyncio.create_task(run.run())
+    await asyncio.sleep(0)  # the attempt failed; run() waits for the report in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):  # not swallowed, nor the attempt's error raised
+        await task
+    assert report.cancelled()  # the report it waited on goes with it: nothing more is sent

@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import psutil
 from coda.procs import stop_process
 from tests.fixtures.master import ROOT, MasterProcess
 from tests.fixtures.services import TOKENS
+from tests.fixtures.waiting import exited
 
 
 @dataclass
@@ -71,6 +71,10 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
+
+    def exited(self) -> str | None:
+        """Why a wait on its work ends early (``gone`` of :func:`wait_for`): it exited."""
+        return exited(self.proc, "the worker")()
 
     def processes(self, name: str) -> list[psutil.Process]:
         return [p for p in self._tree() if p.name() == name]
@@ -132,18 +136,3 @@ class Rest:
     def job(self, job_id: str) -> dict[str, Any]:
         return self.get(f"/v1/jobs/{job_id}")  # type: ignore[no-any-return]
 
-
-def wait_for(probe: Callable[[], Any], what: str, timeout: float,
-             worker: WorkerProcess | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if worker is not None and worker.proc is not None and worker.proc.poll() is not None:
-            raise AssertionError(f"the worker exited ({worker.proc.returncode}) while waiting "
-                                 f"for {what}; its log:\n{worker.log()}")
-        if time.monotonic() > deadline:
-            tail = f"; worker log:\n{worker.log()}" if worker is not None else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{tail}")
-        time.sleep(0.2)

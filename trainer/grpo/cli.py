@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,13 +18,16 @@ console = Console(stderr=True)
 @app.callback(invoke_without_command=True)
 def train(
     ctx: typer.Context,
-    master_url: str | None = typer.Option(None, help="master URL (CODA_TRAINER_MASTER_URL)"),
-    model: str | None = typer.Option(None, help="base planner directory (CODA_TRAINER_MODEL)"),
-    checkpoint_dir: str | None = typer.Option(None, help="checkpoints; resumed from"),
-    planner_url: list[str] = typer.Option(
-        [], help="planner service loading each version (repeat for replicas)"),
-    max_updates: int | None = typer.Option(None, help="stop after N updates"),
-    idle_exit_s: float | None = typer.Option(None, help="stop after this long without groups"),
+    master_url: Annotated[str | None, typer.Option(
+        help="master URL (CODA_TRAINER_MASTER_URL)")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="base planner directory (CODA_TRAINER_MODEL)")] = None,
+    checkpoint_dir: Annotated[str | None, typer.Option(help="checkpoints; resumed from")] = None,
+    planner_url: Annotated[list[str] | None, typer.Option(
+        help="planner service loading each version (repeat for replicas)")] = None,
+    max_updates: Annotated[int | None, typer.Option(help="stop after N updates")] = None,
+    idle_exit_s: Annotated[float | None, typer.Option(
+        help="stop after this long without groups")] = None,
 ) -> None:
     """Lease groups, train, checkpoint, ack, publish versions (settings: CODA_TRAINER_*)."""
     if ctx.invoked_subcommand is not None:

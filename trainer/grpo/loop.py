@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import torch
 
+from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupLeaseRequest
 from coda.contracts.training import GroupRecord, GroupStatus, TrainingMetricsReport
@@ -280,8 +282,6 @@ class Trainer:
             await self._ack_one(str(rec.id), rec.lease_token or "", status)
 
     async def _ack_one(self, group_id: str, token: str, status: GroupStatus | str) -> bool:
-        from coda.clients.base import ServiceError
-
         try:
             await self.master.ack_group(uuid.UUID(group_id), token, GroupStatus(status))
             return True
@@ -328,7 +328,7 @@ class Trainer:
                                          planner_version=report.policy_version or "",
                                          metrics=finite(report.metrics))
             await self.master.report_training(body)
-        except Exception as exc:  # figures must never stop training
+        except (ServiceError, httpx.HTTPError) as exc:  # figures must never stop training
             log.warning("trainer.metrics_report_failed", error=str(exc))
 
     def _tensorboard(self, report: UpdateReport) -> None:

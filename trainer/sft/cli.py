@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,14 +18,17 @@ console = Console(stderr=True)
 
 @app.command()
 def sft(
-    dataset: str = typer.Argument(..., help="directory written by 'coda dataset export'"),
-    model: str | None = typer.Option(None, help="base planner directory (CODA_SFT_MODEL)"),
-    epochs: int | None = typer.Option(None, help="passes over the dataset"),
-    learning_rate: float | None = typer.Option(None, help="AdamW learning rate"),
-    master_url: str | None = typer.Option(None, help="master to register the version with"),
-    publish: bool = typer.Option(True, help="publish the result as a planner version"),
-    planner_url: list[str] = typer.Option(
-        [], help="planner service loading the result (repeat for replicas)"),
+    dataset: Annotated[str, typer.Argument(help="directory written by 'coda dataset export'")],
+    model: Annotated[str | None, typer.Option(
+        help="base planner directory (CODA_SFT_MODEL)")] = None,
+    epochs: Annotated[int | None, typer.Option(help="passes over the dataset")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="AdamW learning rate")] = None,
+    master_url: Annotated[str | None, typer.Option(
+        help="master to register the version with")] = None,
+    publish: Annotated[bool, typer.Option(
+        help="publish the result as a planner version")] = True,
+    planner_url: Annotated[list[str] | None, typer.Option(
+        help="planner service loading the result (repeat for replicas)")] = None,
 ) -> None:
     """Train on the dataset, print the loss before and after, publish the version."""
     from pydantic import ValidationError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,17 +16,21 @@ console = Console(stderr=True)
 
 @app.command()
 def export(
-    out: Path = typer.Argument(..., help="output directory (parquet + README.json)"),
-    master_url: str = typer.Option(os.environ.get("CODA_MASTER_URL", "http://127.0.0.1:8000"),
-                                   help="the master"),
-    token: str | None = typer.Option(None, help="admin token (default CODA_ADMIN_TOKEN)"),
-    app_name: list[str] = typer.Option(
-        [], "--app", help="only these apps (repeat); default all"),
-    batch: str | None = typer.Option(None, help="only this batch id"),
-    version: str | None = typer.Option(None, help="only episodes of this planner version"),
-    verdict: str = typer.Option("correct", help="correct (default), incorrect or any"),
-    keep_images: int = typer.Option(1, min=0, help="past screenshots kept per row (as the "
-                                                   "planner's CODA_PLANNER_KEEP_IMAGES)"),
+    out: Annotated[Path, typer.Argument(help="output directory (parquet + README.json)")],
+    master_url: Annotated[str, typer.Option(
+        envvar="CODA_MASTER_URL", help="the master")] = "http://127.0.0.1:8000",
+    token: Annotated[str | None, typer.Option(
+        help="admin token (default CODA_ADMIN_TOKEN)")] = None,
+    app_name: Annotated[list[str] | None, typer.Option(
+        "--app", help="only these apps (repeat); default all")] = None,
+    batch: Annotated[str | None, typer.Option(help="only this batch id")] = None,
+    version: Annotated[str | None, typer.Option(
+        help="only episodes of this planner version")] = None,
+    verdict: Annotated[str, typer.Option(
+        help="correct (default), incorrect or any")] = "correct",
+    keep_images: Annotated[int, typer.Option(
+        min=0, help="past screenshots kept per row (as the planner's "
+                    "CODA_PLANNER_KEEP_IMAGES)")] = 1,
 ) -> None:
     """Write successful judged trajectories (all apps unless filtered) as planner turns."""
     from rich.progress import Progress
@@ -37,7 +42,7 @@ def export(
     if verdict not in ("correct", "incorrect", "any"):
         console.print(f"[red]--verdict must be correct, incorrect or any, not {verdict!r}[/]")
         raise typer.Exit(2)
-    flt = ExportFilter(apps=list(app_name), batch_id=batch, planner_version=version,
+    flt = ExportFilter(apps=list(app_name or []), batch_id=batch, planner_version=version,
                        verdict=verdict)
 
     async def run() -> None:

@@ -6,7 +6,9 @@ aborts, and on a busy desktop a walk can take hours. Here the walk runs in the s
 when it passes its bound. Tags are role names; attributes use OSWorld's Ubuntu namespaces so
 their linearisers read it unchanged.
 
-``python3 a11y.py MAX_DEPTH MAX_NODES`` prints the XML (this file is the child program).
+``python3 a11y.py MAX_DEPTH MAX_NODES`` prints the XML (this file is the child program). A
+node whose geometry AT-SPI cannot give keeps its other attributes; the child says on stderr
+how many, and the agent logs it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def dump(*, timeout: float, env: Mapping[str, str], max_depth: int = 50,
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise AccessibilityError(f"accessibility tree unavailable: {last}")
+    if done.stderr.strip():  # (imported here: the child, in the system Python, has no coda)
+        from coda.logging import get_logger
+
+        get_logger("worker.guest").info("guest.a11y_partial", detail=done.stderr.strip()[-500:])
     return done.stdout
 
 
@@ -54,11 +60,12 @@ def _child(max_depth: int, max_nodes: int) -> None:  # pragma: no cover - runs i
     import gi
 
     gi.require_version("Atspi", "2.0")
-    from gi.repository import Atspi
+    from gi.repository import Atspi, GLib
 
     for prefix, uri in NS.items():
         ET.register_namespace(prefix, uri)
     budget = [max_nodes]
+    no_extents: list[str] = []
 
     def node(acc: object, depth: int) -> ET.Element:
         budget[0] -= 1
@@ -71,8 +78,8 @@ def _child(max_depth: int, max_nodes: int) -> None:  # pragma: no cover - runs i
             ext = acc.get_extents(Atspi.CoordType.SCREEN)  # type: ignore[attr-defined]
             el.set(f"{{{NS['cp']}}}screencoord", f"({ext.x}, {ext.y})")
             el.set(f"{{{NS['cp']}}}size", f"({ext.width}, {ext.height})")
-        except Exception:
-            pass
+        except GLib.Error as exc:  # a defunct or geometry-less object: its node stays
+            no_extents.append(f"{role}: {exc}")
         if depth < max_depth:
             for i in range(min(acc.get_child_count(), 1024)):  # type: ignore[attr-defined]
                 if budget[0] <= 0:
@@ -89,6 +96,8 @@ def _child(max_depth: int, max_nodes: int) -> None:  # pragma: no cover - runs i
         if app is not None and budget[0] > 0:
             root.append(node(app, 1))
     sys.stdout.write(ET.tostring(root, encoding="unicode"))
+    if no_extents:
+        sys.stderr.write(f"no geometry for {len(no_extents)} nodes (first: {no_extents[0]})\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,13 +7,11 @@ from collections.abc import AsyncIterator
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-from Xlib.error import ConnectionClosedError as XConnectionClosed
-from Xlib.error import DisplayError as XDisplayError
 
 from coda.service import create_service_app
 from worker import __version__
 from worker.guest import routes_coda, routes_grass, routes_osworld, routes_scienceboard
-from worker.guest.capture import keep_large_buffers
+from worker.guest.capture import DisplayUnavailable, keep_large_buffers
 from worker.guest.responses import AUTHENTICATED
 from worker.guest.settings import GuestSettings
 from worker.guest.state import GuestState, require_token
@@ -21,8 +19,8 @@ from worker.guest.state import GuestState, require_token
 
 async def _display_gone(_: Request, exc: Exception) -> JSONResponse:
     """The X connection broke under a route: 503 with the reason clients map to x_crashed."""
-    return JSONResponse({"status": "error", "reason": "x_unavailable", "message": str(exc)},
-                        status_code=503)
+    assert isinstance(exc, DisplayUnavailable)
+    return routes_osworld.display_error(exc)
 
 
 def create_app(settings: GuestSettings) -> FastAPI:
@@ -45,8 +43,7 @@ def create_app(settings: GuestSettings) -> FastAPI:
                     "screenshots, typed actions.",
         max_body_bytes=settings.max_upload_bytes)
     app.state.guest = state
-    for error in (XDisplayError, XConnectionClosed):
-        app.add_exception_handler(error, _display_gone)
+    app.add_exception_handler(DisplayUnavailable, _display_gone)
     app.include_router(routes_coda.health_router)
     auth = [Depends(require_token)]
     for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router,

@@ -15,7 +15,6 @@ page-faults in again: on a busy 2-core host that was two thirds of a screenshot'
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import io
@@ -32,7 +31,9 @@ from mss.exception import ScreenShotError
 from PIL import Image
 
 from coda.contracts.desktop import ImageFormat
+from coda.logging import get_logger
 
+log = get_logger("worker.guest")
 PNG_LEVEL = 1  # ISA-L levels are 0-3; 1 is its fast general-purpose one
 DEFAULT_QUALITY = {"webp": 80, "jpeg": 85}
 
@@ -86,8 +87,10 @@ class ScreenCapture:
 
     def _drop(self) -> None:
         if self._sct is not None:
-            with contextlib.suppress(Exception):  # a dead connection may fail to close
+            try:
                 self._sct.close()
+            except (ScreenShotError, OSError) as exc:  # a dead connection may fail to close
+                log.info("guest.capture_close_failed", display=self.display, error=str(exc))
         self._sct = None
 
     def grab(self) -> Image.Image:

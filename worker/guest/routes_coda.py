@@ -12,14 +12,17 @@ from pydantic import BaseModel, ConfigDict
 
 from coda.actions import Action, Wait, to_pyautogui
 from coda.contracts.desktop import ActResult, CloseAppsReply, GuestHealth, WindowInfo
+from coda.logging import get_logger
 from worker import __version__
 from worker.guest import commands
+from worker.guest.capture import DisplayUnavailable
 from worker.guest.runner import ActionFailed, ActionTimeout
 from worker.guest.state import StateDep
 
 AGENT_NAME = "coda-guest"
 health_router = APIRouter(tags=["coda"])
 router = APIRouter(prefix="/coda", tags=["coda"])
+log = get_logger("worker.guest")
 
 
 class ActBody(BaseModel):
@@ -34,7 +37,8 @@ def health(state: StateDep) -> Any:
     """Readiness (no token needed): the agent answers and its X display is up."""
     try:
         w, h = state.x.screen_size()
-    except Exception as exc:
+    except DisplayUnavailable as exc:
+        log.warning("guest.display_unavailable", route="health", error=str(exc))
         down = GuestHealth(status="x_unavailable", agent=AGENT_NAME, version=__version__,
                            detail=str(exc))
         return JSONResponse(down.model_dump(mode="json"), status_code=503)

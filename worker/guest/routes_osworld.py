@@ -21,12 +21,14 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from pydantic import BaseModel, Field
 
 from coda.contracts.desktop import MEDIA_TYPES, ImageFormat
+from coda.logging import get_logger
 from worker.guest import a11y, commands
 from worker.guest.capture import DisplayUnavailable
 from worker.guest.responses import FILE, IMAGES, TEXT_OK, guest_errors
 from worker.guest.state import StateDep
 
 router = APIRouter(tags=["osworld"])
+log = get_logger("worker.guest")
 
 
 class CommandBody(BaseModel):
@@ -60,6 +62,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def display_error(exc: DisplayUnavailable) -> JSONResponse:
+    """503 with the reason clients map to x_crashed (logged: the display is gone)."""
+    log.warning("guest.display_unavailable", error=str(exc))
     return JSONResponse({"status": "error", "reason": "x_unavailable", "message": str(exc)},
                         status_code=503)
 
@@ -115,8 +119,8 @@ def launch(body: CommandBody, state: StateDep) -> Response:
 def screen_size(state: StateDep) -> Any:
     try:
         w, h = state.x.screen_size()
-    except Exception as exc:
-        return display_error(DisplayUnavailable(str(exc)))
+    except DisplayUnavailable as exc:
+        return display_error(exc)
     return {"width": w, "height": h}
 
 
@@ -134,8 +138,8 @@ def window_size(state: StateDep, app_class_name: Annotated[str, Form(min_length=
 def cursor_position(state: StateDep) -> Any:
     try:
         return list(state.x.cursor_position())
-    except Exception as exc:
-        return display_error(DisplayUnavailable(str(exc)))
+    except DisplayUnavailable as exc:
+        return display_error(exc)
 
 
 @router.get("/platform", response_model=None, responses=TEXT_OK)

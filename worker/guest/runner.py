@@ -114,7 +114,7 @@ def main() -> None:
         try:
             exec(json.loads(line)["code"], namespace)
             reply: dict[str, Any] = {"ok": True}
-        except Exception as exc:  # reported to the caller as the action's error
+        except Exception as exc:  # noqa: BLE001 - any error of the action's code is its result
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         proto.write(json.dumps(reply) + "\n")
 

@@ -11,6 +11,12 @@ from typing import Any
 from Xlib import X, display, error
 
 from coda.contracts.desktop import WindowInfo
+from worker.guest.capture import DisplayUnavailable
+
+X_GONE = (error.DisplayError, error.ConnectionClosedError, error.XauthError, error.XNoAuthError,
+          OSError)
+"""What python-xlib raises when the X server is not there, refuses us or dropped the
+connection (its socket's OSError included)."""
 
 
 def ensure_xauthority() -> None:
@@ -24,7 +30,8 @@ def ensure_xauthority() -> None:
 
 
 class XSession:
-    """A lazily opened python-xlib connection guarded by a lock; reconnects after an error."""
+    """A lazily opened python-xlib connection guarded by a lock; reconnects after an error.
+    A display that is gone is :class:`DisplayUnavailable` (the routes answer 503)."""
 
     def __init__(self, name: str | None) -> None:
         self.name = name
@@ -41,16 +48,10 @@ class XSession:
         with self._lock:
             try:
                 return fn(self._display())
-            except (error.DisplayError, error.ConnectionClosedError, OSError):
+            except X_GONE as exc:
                 self._d = None
-                raise
-
-    def alive(self) -> bool:
-        try:
-            self._call(lambda d: d.screen().root.get_geometry())
-            return True
-        except Exception:
-            return False
+                raise DisplayUnavailable(
+                    f"display {self.name}: {type(exc).__name__}: {exc}") from exc
 
     def screen_size(self) -> tuple[int, int]:
         return self._call(lambda d: (d.screen().width_in_pixels, d.screen().height_in_pixels))

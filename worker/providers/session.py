@@ -252,8 +252,8 @@ def serve(env: Mapping[str, str]) -> int:
     except _Stop as stop:
         log.info("desktop.session_stopping", signal=str(stop))
         return 0
-    except Exception as exc:
-        log.error("desktop.session_start_failed", detail=str(exc))
+    except Exception as exc:  # the session's top level: logged, its exit code
+        log.error("desktop.session_start_failed", detail=str(exc), exc_info=True)
         return EXIT_START
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -15,25 +15,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken
+from coda.logging import get_logger
+from worker.providers.client import GuestError
+
+log = get_logger("worker.providers.xsession")
 
 ROOT_PATTERN = ["-mod", "8", "8", "-fg", "#4a6c94", "-bg", "#3b5a80"]
 
 
-def wait_for(check: object, timeout: float, what: str | None) -> bool:
-    """Poll ``check()`` until true; raise (naming ``what``) or return False after ``timeout``."""
+def wait_for(check: Callable[[], bool], timeout: float, what: str | None) -> bool:
+    """Poll ``check()`` until true; raise (naming ``what``) or return False after ``timeout``.
+    A probe that cannot answer yet (``xprop`` timing out, the agent answering an error) is
+    "not yet", logged; any other error is raised."""
     deadline = time.monotonic() + timeout
+    last: str | None = None
     while True:
         try:
-            if check():  # type: ignore[operator]
+            if check():
                 return True
-        except DesktopBroken:
-            raise
-        except Exception:  # not up yet
-            pass
+        except (subprocess.TimeoutExpired, GuestError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+            log.debug("local.probe_not_yet", what=what, error=last)
         if time.monotonic() >= deadline:
             if what is None:
                 return False
-            raise DesktopBroken(BrokenReason.START_FAILED, f"{what} did not start in {timeout:g} s")
+            raise DesktopBroken(BrokenReason.START_FAILED, f"{what} did not start in "
+                                f"{timeout:g} s" + (f" (last: {last})" if last else ""))
         time.sleep(0.02)
 
 

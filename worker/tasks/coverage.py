@@ -151,7 +151,7 @@ def coverage(folder: Path, provider: str = "local",
         name = str(path.relative_to(folder).with_suffix(""))
         try:
             task = load_task_file(path)
-        except Exception as exc:  # any loading error is a reason
+        except (ValueError, OSError) as exc:  # a task that does not load: the reason is kept
             entry = counter.app(path.parent.name)
             entry.tasks += 1
             entry.reasons.setdefault(f"does not load: {str(exc).splitlines()[0][:80]}",

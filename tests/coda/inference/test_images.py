@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,7 @@ from coda.inference.images import (
     image_part,
     part_url,
 )
-
-
-def _png_bytes(size: tuple[int, int] = (40, 30)) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", size, (10, 200, 30)).save(buf, format="PNG")
-    return buf.getvalue()
+from tests.fixtures.images import image_bytes
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
@@ -34,7 +28,7 @@ def test_data_url_roundtrip(fmt: str) -> None:
 
 
 def test_encode_bytes_sniffs_the_format() -> None:
-    assert encode_data_url(_png_bytes()).startswith("data:image/png;base64,")
+    assert encode_data_url(image_bytes((40, 30))).startswith("data:image/png;base64,")
     with pytest.raises(ValueError, match="neither PNG"):
         encode_data_url(b"not an image")
 
@@ -46,7 +40,7 @@ def test_rgba_png_decodes_to_rgb() -> None:
 
 def test_decode_from_path_and_file_url(tmp_path: Path) -> None:
     path = tmp_path / "shot.png"
-    path.write_bytes(_png_bytes((50, 20)))
+    path.write_bytes(image_bytes((50, 20)))
     assert decode_image(str(path)).size == (50, 20)
     assert decode_image(path.as_uri()).size == (50, 20)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import typer
+import typer.main
 
 from coda.modelservice.cli import serve
 from coda.modelservice.imports import missing_package
@@ -97,3 +98,26 @@ def test_coda_cli_reports_a_missing_extra_as_not_installed() -> None:
                          text=True, timeout=120, check=False)
     assert out.returncode == 2
     assert "coda planner is not available" in " ".join((out.stderr + out.stdout).split())
+
+
+def _serve_flags(app: typer.Typer) -> dict[str, tuple[tuple[str, ...], str | None]]:
+    """The options of a service's serve command: name -> (flags, help)."""
+    command = typer.main.get_command(app)
+    return {p.name or "": (tuple(p.opts), getattr(p, "help", None)) for p in command.params
+            if p.name not in ("install_completion", "show_completion")}  # Typer's own
+
+
+def test_the_three_services_serve_with_the_same_flags() -> None:
+    from executor_service.cli import app as executor
+    from judge_service.cli import app as judge
+    from planner_service.cli import app as planner
+
+    flags = {name: _serve_flags(app) for name, app in
+             (("planner", planner), ("executor", executor), ("judge", judge))}
+    assert flags["planner"] == flags["executor"]  # both run one model: its backend's flags too
+    common = {"host", "port", "log_level"}
+    assert set(flags["judge"]) == common  # the judge's models are a list (CODA_JUDGE_MODELS)
+    assert {k: flags["planner"][k] for k in common} == flags["judge"]
+    assert set(flags["planner"]) == common | {"backend", "model", "base_url", "device",
+                                              "max_pixels"}
+    assert flags["planner"]["base_url"][0] == ("--base-url",)

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from tests.coda.test_imagerefs import png_header_only
-from tests.fixtures.services import RunningService, image_b64, png_bytes
+from tests.fixtures.images import image_b64, image_bytes
+from tests.fixtures.services import RunningService
 
 Body = dict[str, Any]
 SMALL = {"max_tokens": 2, "seed": 1}
@@ -83,10 +84,10 @@ def b64(data: bytes) -> str:
 IMAGE_CASES = [
     ("20000x20000 header", {"b64": b64(png_header_only(20_000, 20_000))}, 413, "b64"),
     ("PNG signature, no image", {"b64": b64(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)}, 422, "b64"),
-    ("truncated PNG", {"b64": b64(png_bytes((300, 200))[:100])}, 422, "b64"),
+    ("truncated PNG", {"b64": b64(image_bytes((300, 200))[:100])}, 422, "b64"),
     ("data URL without comma", {"b64": "data:image/png;base64"}, 422, "b64"),
     ("data URL of text", {"b64": "data:text/plain;base64,aGk="}, 422, "b64"),
-    ("3000x10", {"b64": b64(png_bytes((3000, 10)))}, 422, "b64"),
+    ("3000x10", {"b64": b64(image_bytes((3000, 10)))}, 422, "b64"),
     ("missing key", {"ref": f"sha256/ab/{'ab' * 32}.png"}, 422, "ref"),
     ("a URL", {"ref": "http://127.0.0.1:9/x.png"}, 422, "ref"),
     ("a path", {"ref": "/etc/passwd"}, 422, "ref"),

@@ -18,7 +18,8 @@ import pytest
 
 from coda.artifacts import ArtifactStore
 from planner_service.app import create_app
-from tests.fixtures.services import TOKENS, RunningService, asgi_client, png_bytes
+from tests.fixtures.images import image_bytes
+from tests.fixtures.services import TOKENS, RunningService, asgi_client
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -99,7 +100,7 @@ async def test_urls_given_as_refs_are_never_fetched(
         request: pytest.FixtureRequest, recorder: Recorder, role: str, path: str,
         make: Callable[[dict[str, str]], dict[str, Any]]) -> None:
     svc: RunningService = request.getfixturevalue(f"{role}_service")
-    recorder.answers["/shot.png"] = (200, {"Content-Type": "image/png"}, png_bytes())
+    recorder.answers["/shot.png"] = (200, {"Content-Type": "image/png"}, image_bytes())
     async with svc.http() as http:
         for ref in REF_URLS:
             resp = await http.post(path, json=make({"ref": ref.format(url=recorder.url)}))
@@ -142,7 +143,7 @@ def _key(data: bytes) -> str:
 async def test_a_remote_store_is_reached_under_its_base_url_only(
         http_store_planner: httpx.AsyncClient, recorder: Recorder,
         other_recorder: Recorder) -> None:
-    shot = png_bytes((56, 56))
+    shot = image_bytes((56, 56))
     key = _key(shot)
     recorder.answers[f"/store/{key}"] = (200, {"Content-Type": "image/png"}, shot)
     body = {"instruction": "x", "screenshot": {"ref": key}, "sampling": {"max_tokens": 2}}
@@ -151,7 +152,7 @@ async def test_a_remote_store_is_reached_under_its_base_url_only(
     assert recorder.hits and all(p == f"/store/{key}" for _, p in recorder.hits)
 
     # a redirect away from the store is not followed
-    moved = _key(png_bytes((57, 56)))
+    moved = _key(image_bytes((57, 56)))
     other_recorder.answers["/x.png"] = (200, {"Content-Type": "image/png"}, shot)
     recorder.answers[f"/store/{moved}"] = (302, {"Location": f"{other_recorder.url}/x.png"},
                                            b"")
@@ -162,14 +163,14 @@ async def test_a_remote_store_is_reached_under_its_base_url_only(
     assert recorder.url not in resp.text  # the store's URL is not revealed
 
     # a key the store does not have
-    body["screenshot"] = {"ref": _key(png_bytes((58, 56)))}
+    body["screenshot"] = {"ref": _key(image_bytes((58, 56)))}
     resp = await http_store_planner.post("/v1/plan", json=body)
     assert resp.status_code == 422 and "no artifact with this key" in resp.text
 
 
 async def test_a_slow_remote_store_is_a_502_not_a_stall(http_store_planner: httpx.AsyncClient,
                                                         recorder: Recorder) -> None:
-    shot = png_bytes((56, 56))
+    shot = image_bytes((56, 56))
     key = _key(shot)
     recorder.answers[f"/store/{key}"] = (200, {"Content-Type": "image/png"}, shot)
     recorder.delay_s = 3.0  # the store read times out after artifact_timeout_s = 1
@@ -190,7 +191,7 @@ async def test_an_s3_store_is_reached_under_its_bucket_only(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     settings = _settings("s3://screens/run-1", tmp_path, artifact_timeout_s=2.0)
-    key = _key(png_bytes((56, 56)))
+    key = _key(image_bytes((56, 56)))
     async with asgi_client(create_app(settings, backend=tiny_backend)) as http:
         resp = await http.post("/v1/plan", json={"instruction": "x",
                                                  "screenshot": {"ref": key}})

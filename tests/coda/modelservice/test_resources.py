@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import socket
-import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,8 @@ import psutil
 import pytest
 
 from coda_app.services import ServiceProcess
-from tests.fixtures.services import TOKENS, RunningService, Store, image_b64, planner_settings
+from tests.fixtures.images import image_b64, raw_png
+from tests.fixtures.services import TOKENS, RunningService, Store, planner_settings
 
 
 def png_of_zeros(width: int, height: int, *, color_type: int = 2, depth: int = 8) -> bytes:
@@ -28,14 +28,7 @@ def png_of_zeros(width: int, height: int, *, color_type: int = 2, depth: int = 8
     packer = zlib.compressobj(1)
     parts = [packer.compress(row * 64) for _ in range(height // 64)]
     parts += [packer.compress(row * (height % 64)), packer.flush()]
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data)))
-
-    ihdr = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"".join(parts))
-            + chunk(b"IEND", b""))
+    return raw_png(width, height, b"".join(parts), depth=depth, color_type=color_type)
 
 
 @pytest.fixture(scope="module")

@@ -11,22 +11,23 @@ import pytest
 import coda.inference.factory
 from executor_service.app import create_app as create_executor
 from executor_service.settings import ExecutorSettings
-from tests.fixtures.services import TOKENS, asgi_client, image_b64
+from tests.fixtures.images import image_b64
+from tests.fixtures.services import TOKENS, asgi_client
+from tests.fixtures.waiting import wait_for_async
 
 BODY = {"instruction": "x", "thought": "y", "screenshot": {"b64": image_b64((56, 56))},
         "sampling": {"max_tokens": 2}}
 
 
 async def _until_failed(http: Any) -> dict[str, Any]:
-    import asyncio
-
-    for _ in range(600):
+    async def failed() -> dict[str, Any] | None:
         resp = await http.get("/readyz")
         if resp.status_code == 503 and resp.json()["detail"].get("error") not in (
                 None, "model loading"):
             return dict(resp.json())
-        await asyncio.sleep(0.05)
-    raise AssertionError("the load did not fail")
+        return None
+
+    return await wait_for_async(failed, "/readyz to report the failed load", interval=0.05)
 
 
 async def test_a_real_import_error_is_reported_as_such(monkeypatch: pytest.MonkeyPatch,

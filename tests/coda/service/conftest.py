@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
 from coda.procs import free_port
+from tests.fixtures.waiting import wait_for
 
 
 def serve(app: Any) -> Iterator[str]:
@@ -19,10 +19,7 @@ def serve(app: Any) -> Iterator[str]:
                                            timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
+    wait_for(lambda: server.started, "the server to start", 20, interval=0.05)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupLeaseRequest
 from coda.contracts.training import Candidate, Group, StateRef
+from tests.fixtures.waiting import exited, wait_for
 from tests.trainer.conftest import CLICK, INSTRUCTION, LORA_TARGETS, MAX_PIXELS, store_screens
 from trainer.config import TrainerConfig
 from trainer.grpo import checkpoint as ckpt
@@ -76,18 +76,17 @@ def test_kill_9_during_training_then_resume_trains_each_group_once(
     log = tmp_path / "trainer.log"
     proc = start_trainer(env, log)
     # kill -9 while an update is under way: a checkpoint exists and groups are leased, unacked
-    deadline = time.monotonic() + 240
-    killed_at = None
-    while time.monotonic() < deadline and proc.poll() is None:
+    def mid_update() -> int | None:
         latest = ckpt.latest_checkpoint(ckpt_dir)
         if latest is not None and ckpt.read_state(latest).update >= 2 \
                 and counts(master).get("leased", 0) > 0:
             os.kill(proc.pid, signal.SIGKILL)
-            killed_at = ckpt.read_state(latest).update
-            break
-        time.sleep(0.05)
+            return ckpt.read_state(latest).update
+        return None
+
+    wait_for(mid_update, "a checkpoint of update 2 with groups leased", 240, interval=0.05,
+             logs=lambda: log.read_text()[-3000:], gone=exited(proc, "the trainer"))
     proc.wait(timeout=30)
-    assert killed_at is not None, log.read_text()[-3000:]
     assert proc.returncode == -signal.SIGKILL
     before = counts(master)
     assert before.get("consumed", 0) < 16

@@ -19,7 +19,8 @@ from coda.contracts.jobs import EpisodeJob, EpisodeResult
 from coda.contracts.master_api import BatchCreate, WorkerRegister
 from coda.contracts.records import JobKind, ScreenSize, Step
 from coda.contracts.training import ModelRole, Verdict
-from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, png
+from tests.fixtures.images import image_bytes
+from tests.trainer.conftest import LORA_TARGETS, MAX_PIXELS, SCREEN
 from trainer.sft.dataset import ExportFilter, export_dataset, load_rows, row_messages
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,7 +47,8 @@ async def judged_episodes(master) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:  # 
             assert isinstance(job, EpisodeJob)
             task = job.payload.task.id
             for i, thought in enumerate(THOUGHTS):
-                key = (await worker.upload_artifact(png((40 * i, 10 * n, 90)))).key
+                shot = image_bytes(SCREEN, (40 * i, 10 * n, 90))
+                key = (await worker.upload_artifact(shot)).key
                 await worker.report_step(job, Step(index=i, thought=thought, screenshot=key,
                                                    screen=ScreenSize(width=90, height=40),
                                                    planner_version="base"))

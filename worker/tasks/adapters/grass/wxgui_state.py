@@ -358,7 +358,7 @@ def on_main_thread(fn: Any, args: dict[str, Any], timeout: float) -> Any:
         try:
             watch_menus()
             box["result"] = fn(args)
-        except Exception as exc:  # reported to the client with its type
+        except Exception as exc:  # noqa: BLE001 - any GUI error goes back to the client, typed
             box["error"] = f"{type(exc).__name__}: {exc}"
             box["trace"] = traceback.format_exc(limit=5)
         finally:
@@ -384,7 +384,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             result = THREAD_OPS[op](args)
         else:
             return {"ok": False, "error": f"unknown operation {op!r}"}
-    except Exception as exc:  # every failure goes back to the client, named
+    except Exception as exc:  # noqa: BLE001 - every failure goes back to the client, named
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": True, "result": finite(result)}
 

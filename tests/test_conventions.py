@@ -1,0 +1,98 @@
+"""One shape for each thing, checked over the source tree (what ruff cannot check):
+
+* Typer parameters are ``Annotated[..., typer.Option(...)]``, never a ``typer.Option(...)``
+  default;
+* no ``contextlib.suppress(Exception)`` / ``suppress(BaseException)``: it swallows any error (a
+  bug, a lost report) and a cancellation; catch the types meant and log them (ruff's BLE001
+  does the same for ``except Exception``);
+* tests wait on state through :mod:`tests.fixtures.waiting` only: no loop of their own that
+  sleeps and polls;
+* tests build their screenshots with :mod:`tests.fixtures.images` only.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = [p for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name != "tests"]
+TESTS = ROOT / "tests"
+WAITING = TESTS / "fixtures" / "waiting.py"
+IMAGES = TESTS / "fixtures" / "images.py"
+
+
+def trees(*folders: Path) -> Iterator[tuple[str, ast.AST]]:
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            yield str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path))
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` of a name or attribute chain ('' for anything else)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def test_typer_parameters_are_annotated() -> None:
+    bad = []
+    for where, tree in trees(*CODE, TESTS):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defaults = node.args.defaults + [d for d in node.args.kw_defaults if d]
+                bad += [f"{where}:{d.lineno} {node.name}" for d in defaults
+                        if isinstance(d, ast.Call) and dotted(d.func) in (
+                            "typer.Option", "typer.Argument", "Option", "Argument")]
+    assert not bad, "typer.Option/Argument as a default (use Annotated[...]):\n" + "\n".join(bad)
+
+
+def test_nothing_suppresses_every_exception() -> None:
+    bad = []
+    for where, tree in trees(*CODE, TESTS):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and dotted(node.func).endswith("suppress") and any(
+                    dotted(a) in ("Exception", "BaseException") for a in node.args):
+                bad.append(f"{where}:{node.lineno}")
+    assert not bad, "suppress(Exception | BaseException) (catch the types meant, log them):\n" \
+        + "\n".join(bad)
+
+
+def _sleeps(loop: ast.AST) -> list[int]:
+    """Lines of the sleeps (not ``sleep(0)``, a yield to the event loop) inside a loop."""
+    return [n.lineno for n in ast.walk(loop)
+            if isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] == "sleep"
+            and not (n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value == 0)]
+
+
+def test_tests_wait_through_the_waiting_module() -> None:
+    bad = []
+    for where, tree in trees(TESTS):
+        if where == str(WAITING.relative_to(ROOT)):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.While | ast.For | ast.AsyncFor):
+                bad += [f"{where}:{line}" for line in _sleeps(node)]
+    assert not bad, "a polling loop in a test (use tests.fixtures.waiting.wait_for / " \
+        "wait_for_async):\n" + "\n".join(sorted(set(bad)))
+
+
+def test_tests_build_images_in_one_place() -> None:
+    bad = []
+    for where, tree in trees(TESTS):
+        if where == str(IMAGES.relative_to(ROOT)):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            args = [*node.args, *(k.value for k in node.keywords)]
+            chunk = dotted(node.func) in ("zlib.crc32", "crc32")  # a PNG written by hand
+            encoded = isinstance(node.func, ast.Attribute) and node.func.attr == "save" and any(
+                isinstance(a, ast.Constant) and a.value in ("PNG", "JPEG", "WEBP") for a in args)
+            if chunk or encoded:
+                bad.append(f"{where}:{node.lineno}")
+    assert not bad, "an image encoded outside tests/fixtures/images.py:\n" + "\n".join(bad)
