@@ -12,7 +12,7 @@ import pytest
 from coda.bounds import INT64_MAX
 from master.app import create_app
 from master.settings import MasterSettings
-from tests.fuzz.test_services_fuzz import ROLES, _openapi
+from tests.fuzz.test_services_fuzz import ROLES, service_openapi
 
 UNBOUNDED_BY_DESIGN = {
     # ScienceBoard's reference answer: kept as the task document gives it and read as text
@@ -69,7 +69,7 @@ def test_every_integer_the_master_takes_is_bounded() -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_integer_a_model_service_takes_is_bounded(role: str) -> None:
-    assert unbounded_integers(_openapi(role)) == set()
+    assert unbounded_integers(service_openapi(role)) == set()
 
 
 def test_the_check_finds_a_missing_bound() -> None:

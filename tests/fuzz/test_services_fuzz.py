@@ -24,7 +24,7 @@ from tests.fixtures.services import RunningService
 from tests.fuzz.harness import FuzzTarget, fuzz_operation, operation_labels
 
 
-def _openapi(role: str) -> dict[str, Any]:
+def service_openapi(role: str) -> dict[str, Any]:
     """The role's OpenAPI document, from its app (no model, no server: to collect the tests)."""
     url: dict[str, Any] = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1",
                            "model": "m"}
@@ -50,7 +50,7 @@ MODEL_ROUTE_EXAMPLES = 40
 """Examples per mode for the routes that reach a model: a request reaches it only when every
 field the model needs is valid (seeded or drawn so), so they get more than the default."""
 VALID_EXAMPLES = 12
-OPERATIONS = [(role, label) for role in ROLES for label in operation_labels(_openapi(role))]
+OPERATIONS = [(role, label) for role in ROLES for label in operation_labels(service_openapi(role))]
 
 
 def test_every_operation_is_fuzzed() -> None:
