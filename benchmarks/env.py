@@ -262,7 +262,8 @@ def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     """The docker provider's figures (module docstring), on containers named ``prefix-*``."""
     import docker
 
-    from worker.providers.docker import DESKTOP_IMAGE, DockerProvider, DockerSettings
+    from worker.providers.docker import DockerProvider, DockerSettings
+    from worker.providers.docker_base import DESKTOP_IMAGE
     from worker.providers.docker_desktop import ContainerDesktop
 
     out: dict[str, Any] = {}

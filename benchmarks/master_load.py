@@ -5,7 +5,7 @@
 Unless ``--url`` is given, a master is started here (uvicorn subprocess, ``--workers``) on the
 configured stores (``DATABASE_URL`` / ``REDIS_URL``: a throwaway database is created on that
 server and dropped afterwards, a random Redis key prefix is used and its keys deleted) or on
-embedded Postgres/Redis (:func:`coda.embedded.embedded_services`). Enough episodes are submitted
+embedded Postgres/Redis (:func:`coda_app.embedded.embedded_services`). Enough episodes are submitted
 that slots never starve. ``--procs`` load-generator processes each run an asyncio loop with one
 ``httpx.AsyncClient`` and their share of the slots. Workers (VM servers) register with
 ``--slots-per-worker`` slots each; every slot leases one episode (long-poll), reports a step
@@ -93,7 +93,7 @@ def _delete_prefix(redis_url: str, prefix: str) -> None:
 @contextlib.contextmanager
 def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
     """Stores (configured or embedded) + a uvicorn master subprocess."""
-    from coda.embedded import embedded_services
+    from coda_app.embedded import embedded_services
 
     with embedded_services(work / "stores") as urls:
         db_cm = (scratch_database(urls.database_url) if os.environ.get("DATABASE_URL")

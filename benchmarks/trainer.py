@@ -3,11 +3,11 @@ plan's full input separately.
 
 The group is one stored state as the planner sees it (the CODA prompt, the current screenshot
 and one past step with its screenshot, ``--screen`` pixels each) and G plans of about
-``--plan-tokens`` tokens. Each path runs the trainer's real update (``trainer.update.train_step``:
-forward, loss, backward, AdamW step) on the tiny random Qwen2.5-VL (``--model DIR`` for a local
-model) in its OWN process, so the peak memory of one path is not the other's: peak RSS on CPU,
-``torch.cuda.max_memory_allocated`` on a GPU. A warm-up update, then ``--repeats`` timed
-updates; the JSON holds medians.
+``--plan-tokens`` tokens. Each path runs the trainer's real update
+(``trainer.grpo.update.train_step``: forward, loss, backward, AdamW step) on the tiny random
+Qwen2.5-VL (``--model DIR`` for a local model) in its OWN process, so the peak memory of one
+path is not the other's: peak RSS on CPU, ``torch.cuda.max_memory_allocated`` on a GPU. A
+warm-up update, then ``--repeats`` timed updates; the JSON holds medians.
 
     python benchmarks/trainer.py --out benchmarks/results/trainer.json
 
@@ -93,9 +93,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     from trainer.config import TrainerConfig
     from trainer.data import PromptOptions, artifact_reader, encode_group
-    from trainer.loop import loss_settings
+    from trainer.grpo.loop import loss_settings
+    from trainer.grpo.update import train_step
     from trainer.policy import load_policy, make_optimizer
-    from trainer.update import train_step
 
     torch.set_num_threads(args.threads)
     shared = args.child == "shared"

@@ -30,12 +30,6 @@ class ActionType(StrEnum):
     ANSWER = "answer"
 
 
-POINTER_ACTIONS = frozenset(
-    {ActionType.CLICK, ActionType.DOUBLE_CLICK, ActionType.RIGHT_CLICK, ActionType.MOVE}
-)
-TERMINAL_ACTIONS = frozenset({ActionType.DONE, ActionType.FAIL, ActionType.ANSWER})
-
-
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -104,6 +104,3 @@ class ArtifactStore:
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._path(key)))
-
-    def url_of(self, key: str) -> str:
-        return f"{self.url}/{validate_key(key)}"

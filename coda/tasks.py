@@ -77,12 +77,6 @@ class TaskSpec(BaseModel):
             raise ValueError("instruction is blank")
         return v
 
-    @property
-    def content_hash(self) -> str:
-        """Stable digest of what defines the task (not where it came from)."""
-        body = self.model_dump(mode="json", exclude={"source", "id"})
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
     def to_native(self) -> dict[str, Any]:
         """The task in its original format (the stored original when there is one)."""
         if self.source.raw is not None:

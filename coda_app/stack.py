@@ -200,7 +200,7 @@ class Stack:
         self.worker = self._spawn("worker", [sys.executable, "-m", "worker.cli"],
                                   self._worker_env())
         if self.cfg.train and not self._stopping:
-            self.trainer = self._spawn("trainer", [sys.executable, "-m", "trainer.cli"],
+            self.trainer = self._spawn("trainer", [sys.executable, "-m", "trainer.grpo.cli"],
                                        self._trainer_env())
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -18,7 +18,8 @@ from master.repos import batches as batch_rows
 from master.repos.batches import BatchRows
 
 
-def _rows(batch_id: uuid.UUID, spec: BatchCreate, tasks: list[TaskSpec]) -> BatchRows:
+def build_rows(batch_id: uuid.UUID, spec: BatchCreate, tasks: list[TaskSpec]) -> BatchRows:
+    """The rows of a new batch (pure): its tasks, and per rollout one episode and its job."""
     rows = BatchRows()
     version = json.dumps(spec.planner_version)
     for n, task in enumerate(tasks):
@@ -46,7 +47,7 @@ async def create(pg: asyncpg.Pool, queue: RedisQueue, spec: BatchCreate,
     The rows are built in a thread and inserted a chunk at a time as arrays, so a batch of
     many thousand tasks never holds the event loop for long."""
     batch_id = uuid.uuid4()
-    rows = await asyncio.to_thread(_rows, batch_id, spec, tasks)
+    rows = await asyncio.to_thread(build_rows, batch_id, spec, tasks)
     async with pg.acquire() as conn, conn.transaction():
         await batch_rows.insert(conn, batch_id, name=spec.name, priority=spec.priority,
                                 rollouts=spec.rollouts, max_attempts=spec.max_attempts,

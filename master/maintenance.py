@@ -49,7 +49,8 @@ async def run(core: AppState, stop: asyncio.Event) -> None:
         try:
             await tick(core, owner=owner)
             if time.monotonic() - last_gauges > GAUGE_INTERVAL_S:
-                await refresh_gauges(core)
+                if core.metrics is not None:
+                    await refresh_gauges(core.metrics, core.pg, now=core.clock.now())
                 last_gauges = time.monotonic()
         except Exception as exc:  # keep going: Redis or Postgres may come back
             log.warning("maintenance.round_failed", error=str(exc), error_type=type(exc).__name__)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from master.db.pg import Conn
 from master.repos import jobs as job_rows
 from master.repos import workers as worker_rows
-
-if TYPE_CHECKING:
-    from master.state import AppState
 
 
 class MasterMetrics:
@@ -30,10 +28,8 @@ class MasterMetrics:
                                  registry=registry)
 
 
-async def refresh_gauges(core: AppState) -> None:
-    m: MasterMetrics | None = getattr(core, "metrics", None)
-    if m is None:
-        return
-    for (kind, status), n in (await job_rows.active_counts(core.pg)).items():
+async def refresh_gauges(m: MasterMetrics, pg: Conn, *, now: datetime) -> None:
+    """The gauges read from Postgres: active jobs by kind and status, workers alive at ``now``."""
+    for (kind, status), n in (await job_rows.active_counts(pg)).items():
         m.jobs.labels(kind, status).set(n)
-    m.workers_alive.set(await worker_rows.alive(core.pg, now=core.clock.now(), within_s=60))
+    m.workers_alive.set(await worker_rows.alive(pg, now=now, within_s=60))

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import os
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coda.contracts.services_api import BASE_VERSION
-from trainer.losses import Aggregation
+
+
+class Aggregation(StrEnum):
+    """How the GRPO loss is averaged over a batch (:mod:`trainer.grpo.losses`)."""
+
+    TOKEN_MEAN = "token_mean"
+    SEQ_MEAN = "seq_mean"
+    DR_GRPO = "dr_grpo"
 
 
 class Precision(StrEnum):
@@ -22,6 +30,11 @@ class Precision(StrEnum):
     """bf16 where the hardware has it (a CUDA GPU with bf16), fp32 elsewhere."""
     FP32 = "fp32"
     BF16 = "bf16"
+
+
+def overrides(**options: Any) -> dict[str, Any]:
+    """Command-line options that were given (the rest comes from the environment / .env)."""
+    return {k: v for k, v in options.items() if v not in (None, [], ())}
 
 
 class TrainerConfig(BaseSettings):

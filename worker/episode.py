@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -33,7 +32,7 @@ from coda.clients.base import RETRY_STATUS, ServiceError
 from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
-from coda.contracts.desktop import DesktopBroken, EpisodeEnd, Observation, StepStatus
+from coda.contracts.desktop import DesktopBroken, Observation, StepStatus
 from coda.contracts.records import (
     EpisodePayload,
     EpisodeResult,
@@ -52,75 +51,16 @@ from coda.contracts.services_api import (
 )
 from coda.logging import get_logger
 from coda.plans import decide, plan_record
-from coda.tasks import TaskSpec
 from worker.history import clip, history_of, storable
 from worker.providers.base import Desktop
 from worker.providers.client import GuestError
 from worker.settings import WorkerSettings
 from worker.tasks import TaskContext, run_checkers, run_setup
 from worker.tasks.checkers import episode_end
+from worker.tasks.readiness import LAUNCHING, ready_titles, wait_for_app
 
 log = get_logger("worker.episode")
 T = TypeVar("T")
-
-LAUNCHING = frozenset({"launch", "open", "execute", "command"})
-"""Setup steps that may start the task's application."""
-
-
-_FILE_NAME = re.compile(r"^[^/=]+\.[A-Za-z][A-Za-z0-9]{0,7}$")
-
-
-def _file_names(value: str) -> list[str]:
-    """Names of the files a command line or path names (``/x/main.tex`` -> ``main.tex``)."""
-    out = []
-    for arg in value.split():
-        name = arg.strip("'\"").rsplit("/", 1)[-1]
-        if "/" in arg and "=" not in arg and _FILE_NAME.match(name):
-            out.append(name)
-    return out
-
-
-def ready_titles(task: TaskSpec) -> list[str]:
-    """What the title of the task's ready window contains (pure): the names of the files its
-    setup opens (document applications title their main window with the file, and a splash
-    screen shows no file name), else the application's name."""
-    names: list[str] = []
-    for step in task.setup:
-        if step.func not in LAUNCHING:
-            continue
-        extra = step.model_extra or {}
-        for key in ("command", "path", "file"):
-            value = extra.get(key)
-            parts = value if isinstance(value, list) else [value]
-            for part in parts:
-                if isinstance(part, str):
-                    names += _file_names(part)
-    return list(dict.fromkeys(names)) or [task.app]
-
-
-def wait_for_app(desktop: Desktop, titles: list[str], timeout_s: float,
-                 poll_s: float = 0.2) -> bool:
-    """Wait until a window whose title contains one of ``titles`` (case-insensitive) is on the
-    desktop, at most ``timeout_s``; whether it appeared. Titles, not window classes: a splash
-    screen shares the application's class, and keys sent to it are lost. Guests that cannot
-    list windows (OSWorld's) answer at once with False, and the screen settling is all the
-    worker waits for."""
-    guest = desktop.guest
-    needles = [t.lower() for t in titles]
-    deadline = time.monotonic() + timeout_s
-    while guest is not None:
-        windows = guest.windows()
-        if windows is None:
-            return False
-        for w in windows:
-            title = str(w.get("title", "")).lower()
-            if any(n in title for n in needles):
-                return True
-        if time.monotonic() >= deadline:
-            log.warning("episode.app_not_seen", titles=titles, seconds=timeout_s)
-            return False
-        time.sleep(poll_s)
-    return False
 
 
 class AttemptFailed(RuntimeError):
@@ -403,8 +343,3 @@ class EpisodeRun:
                               2000)
             return None, False
         return res.action, isinstance(res.action, Done | Fail | Answer)
-
-
-def end_of(steps: list[Step]) -> EpisodeEnd:
-    """How a recorded episode ended (its last step's action)."""
-    return episode_end(steps[-1].action if steps else None)

@@ -32,7 +32,8 @@ from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
 from worker.history import storable
 from worker.providers.base import Provider
-from worker.settings import WorkerSettings, secret_value
+from worker.settings import WorkerSettings
+from worker.tokens import secret_value
 
 log = get_logger("worker.runner")
 

@@ -103,8 +103,3 @@ class WorkerSettings(BaseSettings):
         """How desktops spend screenshots on a leaking guest server (OSWorld's)."""
         return ScreenshotBudget(pause_s=self.osworld_settle_s,
                                 per_boot=self.osworld_screenshot_budget)
-
-
-def secret_value(value: SecretStr | None) -> str | None:
-    """The secret itself, for the one place that sends it (a bearer header); None stays None."""
-    return value.get_secret_value() if value is not None else None

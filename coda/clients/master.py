@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 from coda.clients.base import JsonClient
@@ -12,7 +11,6 @@ from coda.contracts.master_api import (
     BatchCreate,
     BatchCreated,
     BatchList,
-    EpisodeList,
     GroupLeaseRequest,
     GroupList,
     JobCreate,
@@ -47,16 +45,6 @@ class MasterClient(JsonClient):
     async def create_batch(self, spec: BatchCreate) -> BatchCreated:
         return await self.request("POST", "/v1/batches", spec, BatchCreated)
 
-    async def upload_batch(self, path: str | Path, *, rollouts: int = 1, priority: int = 0,
-                           name: str | None = None) -> BatchCreated:
-        p = Path(path)
-        data: dict[str, Any] = {"rollouts": str(rollouts), "priority": str(priority)}
-        if name:
-            data["name"] = name
-        resp = await self.send("POST", "/v1/batches/upload", None, data=data,
-                               files={"file": (p.name, p.read_bytes(), "application/json")})
-        return BatchCreated.model_validate_json(resp.content)
-
     async def list_batches(self, *, limit: int = 50, offset: int = 0) -> BatchList:
         return await self.request("GET", "/v1/batches", None, BatchList,
                                   params={"limit": limit, "offset": offset})
@@ -66,15 +54,6 @@ class MasterClient(JsonClient):
 
     async def cancel_batch(self, batch_id: uuid.UUID) -> Batch:
         return await self.request("POST", f"/v1/batches/{batch_id}/cancel", None, Batch)
-
-    async def list_episodes(self, *, batch_id: uuid.UUID | None = None, status: str | None = None,
-                            limit: int = 100, offset: int = 0) -> EpisodeList:
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if batch_id:
-            params["batch_id"] = str(batch_id)
-        if status:
-            params["status"] = status
-        return await self.request("GET", "/v1/episodes", None, EpisodeList, params=params)
 
     async def get_episode(self, episode_id: uuid.UUID, *, steps: bool = True) -> Episode:
         return await self.request("GET", f"/v1/episodes/{episode_id}", None, Episode,

@@ -39,10 +39,6 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-JOB_ACTIVE = frozenset({JobStatus.QUEUED, JobStatus.LEASED})
-JOB_TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-
-
 class EpisodeStatus(StrEnum):
     """Life of one rollout. ``completed`` means it ran to the end; ``success`` says how it did."""
 
@@ -51,12 +47,6 @@ class EpisodeStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-
-
-EPISODE_ACTIVE = frozenset({EpisodeStatus.QUEUED, EpisodeStatus.RUNNING})
-EPISODE_TERMINAL = frozenset(
-    {EpisodeStatus.COMPLETED, EpisodeStatus.FAILED, EpisodeStatus.CANCELLED}
-)
 
 
 class BatchStatus(StrEnum):

@@ -11,7 +11,7 @@
 #   CODA_VLLM_PLANNER_TP=2 deploy/vllm/planner.sh --enforce-eager
 # --logprobs-mode processed_logprobs: the log-probs returned with each plan are those of the
 # distribution sampled from (after temperature), which the trainer's truncated importance
-# sampling divides by (trainer/losses.py); vLLM's default, raw_logprobs, is before temperature.
+# sampling divides by (trainer/grpo/losses.py); vLLM's default, raw_logprobs, is before temperature.
 # The paper served OpenIXCLab/CODA-PLANNER-TARS-32B with vLLM 0.8.5.post1, tensor parallel 4.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -237,12 +237,12 @@ def test_episode_payload_is_the_contract():
 
     from coda.contracts.master_api import BatchCreate
     from coda.contracts.records import EpisodePayload
-    from master.batches import _rows
+    from master.batches import build_rows
     from master.routes.batches import parse_tasks
 
     spec = BatchCreate(tasks=task_docs(2), rollouts=2, planner_version='v"1')
     bid = _uuid.uuid4()
-    rows = _rows(bid, spec, parse_tasks(spec.tasks))
+    rows = build_rows(bid, spec, parse_tasks(spec.tasks))
     payloads = [EpisodePayload.model_validate_json(p) for p in rows.payloads]
     assert [p.rollout for p in payloads] == [0, 1, 0, 1]
     assert {p.batch_id for p in payloads} == {bid} and payloads[0].planner_version == 'v"1'

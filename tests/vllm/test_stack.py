@@ -21,7 +21,7 @@ from coda.contracts.services_api import PlanResponse
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.waiting import log_tails, wait_for
 from tests.trainer.conftest import store_screens
-from tests.trainer.test_resume import synthetic_group
+from tests.trainer.grpo.test_resume import synthetic_group
 from tests.vllm.conftest import require_vllm
 from tests.vllm.test_services import plan_request
 

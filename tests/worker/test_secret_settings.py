@@ -9,9 +9,10 @@ from pydantic import SecretStr
 
 from trainer.config import TrainerConfig
 from worker.guest.settings import GuestSettings
-from worker.providers.factory import _settings
-from worker.providers.vsphere import VsphereSettings
-from worker.settings import WorkerSettings, secret_value
+from worker.providers.factory import make_provider
+from worker.providers.vsphere import VsphereProvider
+from worker.settings import WorkerSettings
+from worker.tokens import secret_value
 
 SECRET = "do-not-show-this-secret"
 
@@ -26,7 +27,9 @@ def test_worker_settings_keep_tokens_out_of_the_repr() -> None:
 def test_provider_options_become_secrets() -> None:
     options = {"host": "vc", "user": "u", "password": SECRET, "vm_names": ["a"],
                "guest_token": SECRET}
-    vsphere = _settings(VsphereSettings, options, "vsphere")
+    provider = make_provider("vsphere", options)
+    assert isinstance(provider, VsphereProvider)
+    vsphere = provider.settings
     assert isinstance(vsphere.password, SecretStr) and isinstance(vsphere.guest_token, SecretStr)
     assert SECRET not in repr(vsphere)
     assert secret_value(vsphere.guest_token) == SECRET

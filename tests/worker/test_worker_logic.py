@@ -1,6 +1,5 @@
 """Pure parts of the worker: history rebuilt from stored steps, attempts, judge steps, group
-states, the task's ready window, step timings, settings, provider options and the wait for
-a quiet screen."""
+states, step timings, settings, provider options and the wait for a quiet screen."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import pytest
 
 from coda.actions import Hotkey
 from coda.contracts.records import Episode, EpisodeStatus, Step
-from coda.tasks import TaskSpec, load_task_file
-from worker.episode import StepTimes, ready_titles
+from worker.episode import StepTimes
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
 from worker.providers.base import wait_quiet
@@ -88,15 +86,6 @@ def test_state_of_rebuilds_the_planner_input_of_a_step() -> None:
     no_instruction = _episode(steps).model_copy(update={"instruction": None})
     with pytest.raises(JobRefused, match="instruction"):
         state_of(no_instruction, steps, 0)
-
-
-def test_ready_titles_name_the_opened_files_else_the_app() -> None:
-    tex = load_task_file(ROOT / "examples/scienceboard/VM/TeXstudio/C-02.json")
-    assert ready_titles(tex) == ["main.tex"]
-    kalgebra = load_task_file(ROOT / "examples/scienceboard/VM/KAlgebra/A-01.json")
-    assert ready_titles(kalgebra) == ["KAlgebra"]  # LD_LIBRARY_PATH=/x/6.5.0/... is no file
-    bare = TaskSpec(id="x", app="xterm", instruction="do it")
-    assert ready_titles(bare) == ["xterm"]
 
 
 def test_step_overhead_leaves_out_models_and_the_action() -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ class WorkerProcess:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    descendants: list[psutil.Process] = field(default_factory=list)
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept for the process

@@ -244,10 +244,6 @@ class GuestClient:
         self._ok(self.request("POST", f"/setup/{op}_window", json={
             "window_name": name, "strict": strict, "by_class": by_class}))
 
-    def download(self, url: str, path: str) -> None:
-        self._ok(self.request("POST", "/setup/download_file", json={"url": url, "path": path},
-                              timeout=300))
-
     def screen_size(self) -> tuple[int, int]:
         body = self._ok(self.request("POST", "/screen_size")).json()
         return int(body["width"]), int(body["height"])

@@ -10,8 +10,6 @@ from coda.actions import Move
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Observation
 from worker.providers.base import Desktop
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 def _check_observation(obs: Observation, fmt: str, size: tuple[int, int] | None) -> None:
     assert isinstance(obs, Observation), f"expected an Observation, got {type(obs).__name__}"

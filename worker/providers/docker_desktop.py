@@ -26,17 +26,14 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import GuestLayout, log
 from worker.providers.client import GuestClient
-from worker.providers.docker import ContainerSlot
+from worker.providers.docker_base import ContainerSlot, DockerSettings
 from worker.providers.image import SCIENCEBOARD_IMAGE
 from worker.providers.session import EXIT_REASONS
-
-if TYPE_CHECKING:
-    from worker.providers.docker import DockerSettings
 
 AGENT_PORT = 5000
 APPS_PORT = 8000

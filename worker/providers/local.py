@@ -11,16 +11,12 @@ left, and restores the home directory.
 
 from __future__ import annotations
 
-import os
 import secrets
-import select
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +26,7 @@ from worker.guest import commands
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
 from worker.providers.image import SCIENCEBOARD_IMAGE, SlotImage
-
-ROOT_PATTERN = ["-mod", "8", "8", "-fg", "#4a6c94", "-bg", "#3b5a80"]
+from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
 
 @dataclass
@@ -78,10 +73,10 @@ class LocalDesktop(Desktop):
         tmp_dir.mkdir(mode=0o700, exist_ok=True)
         xauth = self.dir / "Xauthority"
         cookie = secrets.token_hex(16)
-        _xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
+        xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
         self.settings.image.populate(self.home)
         self.display = self._start_xvfb(xauth)
-        _xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
+        xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         base_env = {
             "PATH": self.settings.image.path, "HOME": str(self.home), "DISPLAY": self.display,
             "XAUTHORITY": str(xauth), "XDG_RUNTIME_DIR": str(run_dir), "TMPDIR": str(tmp_dir),
@@ -119,12 +114,12 @@ class LocalDesktop(Desktop):
 
     def _start_wm(self, env: dict[str, str]) -> None:
         self._spawn("wm", list(self.settings.window_manager), env=env)
-        _wait_for(lambda: _wm_running(env), self.settings.start_timeout_s, "the window manager")
+        wait_for(lambda: wm_running(env), self.settings.start_timeout_s, "the window manager")
 
     def _revert(self) -> GuestClient | None:
         guest = self._guest()
         guest.close_apps()
-        left = _wait_for(lambda: not guest.windows(), self.settings.close_timeout_s, None)
+        left = wait_for(lambda: not guest.windows(), self.settings.close_timeout_s, None)
         if not left:
             raise DesktopBroken(BrokenReason.NOT_ANSWERING, "windows survived closing the apps")
         self.settings.image.populate(self.home)
@@ -180,64 +175,3 @@ class LocalProvider(Provider[LocalDesktop]):
         super().close()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _wait_for(check: object, timeout: float, what: str | None) -> bool:
-    """Poll ``check()`` until true; raise (naming ``what``) or return False after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():  # type: ignore[operator]
-                return True
-        except DesktopBroken:
-            raise
-        except Exception:  # not up yet
-            pass
-        if time.monotonic() >= deadline:
-            if what is None:
-                return False
-            raise DesktopBroken(BrokenReason.START_FAILED, f"{what} did not start in {timeout:g} s")
-        time.sleep(0.02)
-
-
-def _xauth_add(path: Path, display_name: str, cookie: str) -> None:
-    """Add an MIT-MAGIC-COOKIE-1 entry: only clients holding the slot's file may connect."""
-    subprocess.run(["xauth", "-q", "-f", str(path), "add", display_name, "MIT-MAGIC-COOKIE-1",
-                    cookie], check=True, timeout=10, capture_output=True)
-
-
-def start_xvfb(spawn: Callable[..., None], screen: tuple[int, int], xauth: Path,
-               timeout: float) -> str | None:
-    """Start Xvfb through ``spawn(name, argv, pass_fds=...)``; the display it reports (``:N``,
-    from ``-displayfd`` once it accepts clients), or None when it reports none in time."""
-    w, h = screen
-    read_fd, write_fd = os.pipe()
-    try:
-        spawn("xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24",
-                       "-nolisten", "tcp", "-noreset", "-auth", str(xauth)],
-              pass_fds=(write_fd,))
-        os.close(write_fd)
-        number = _read_line(read_fd, timeout)
-    finally:
-        os.close(read_fd)
-    return f":{number}" if number.isdigit() else None
-
-
-def _read_line(fd: int, timeout: float) -> str:
-    """Read up to a newline (Xvfb writes the number, then the newline) or end of file."""
-    deadline = time.monotonic() + timeout
-    data = b""
-    while not data.endswith(b"\n"):
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(fd, 64) if ready else b""
-        if not chunk:
-            break
-        data += chunk
-    return data.decode().strip()
-
-
-def _wm_running(env: dict[str, str]) -> bool:
-    """The window manager published ``_NET_SUPPORTING_WM_CHECK`` on the root window (EWMH)."""
-    out = subprocess.run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=env,
-                         capture_output=True, text=True, timeout=10, check=False).stdout
-    return "window id #" in out

@@ -40,7 +40,7 @@ from coda.contracts.desktop import BrokenReason
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
 from worker.guest.settings import MIN_TOKEN_LENGTH
-from worker.providers.local import ROOT_PATTERN, _wait_for, _wm_running, _xauth_add, start_xvfb
+from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
 log = get_logger("desktop.session")
 
@@ -116,13 +116,13 @@ class Session:
         xauth = self.s.run_dir / "Xauthority"
         xauth.unlink(missing_ok=True)
         cookie = secrets.token_hex(16)
-        _xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
+        xauth_add(xauth, ":0", cookie)  # the server reads every cookie in the file
         self.display = self._start_xvfb(xauth)
-        _xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
+        xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         env = {**os.environ, "DISPLAY": self.display, "XAUTHORITY": str(xauth)}
         env.pop("CODA_GUEST_TOKEN", None)  # the applications never see the token
         self._spawn("wm", list(self.s.window_manager), env)
-        _wait_for(lambda: _wm_running(env), self.s.start_timeout_s, "the window manager")
+        wait_for(lambda: wm_running(env), self.s.start_timeout_s, "the window manager")
         subprocess.run(["xsetroot", *ROOT_PATTERN], env=env, check=True, timeout=10)
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host", self.s.host,
                               "--port", str(self.s.port), "--display", self.display,

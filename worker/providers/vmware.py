@@ -27,7 +27,7 @@ from pydantic import SecretStr
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
-from worker.settings import secret_value
+from worker.tokens import secret_value
 
 CLEAN_SNAPSHOT = "coda-clean"
 

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
-from worker.settings import secret_value
+from worker.tokens import secret_value
 
 POLL_S = 0.25  # task state / guest address polling interval
 

@@ -9,9 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coda.contracts.desktop import CheckStatus, StepStatus
-from coda.tasks import TaskSpec
+from coda.tasks import SetupStep, TaskSpec
 from worker.providers.base import Desktop, GuestLayout
 from worker.providers.client import GuestClient
+
+
+def params(step: SetupStep) -> dict[str, Any]:
+    """The step's own fields (everything but ``func`` and ``wait``)."""
+    return step.model_dump(exclude={"func", "wait"})
 
 
 class StepError(RuntimeError):

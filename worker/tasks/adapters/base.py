@@ -20,8 +20,3 @@ class AppAdapter:
     name: str
     steps: dict[str, StepHandler] = field(default_factory=dict)
     checkers: dict[str, CheckHandler] = field(default_factory=dict)
-
-
-def params(step: SetupStep) -> dict[str, Any]:
-    """The step's own fields (everything but ``func`` and ``wait``)."""
-    return step.model_dump(exclude={"func", "wait"})

@@ -15,8 +15,8 @@ from typing import Any
 from coda.contracts.desktop import CheckResult, CheckStatus, StepStatus
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
-from worker.tasks.adapters.base import AppAdapter, params
-from worker.tasks.context import CheckError, StepError, TaskContext
+from worker.tasks.adapters.base import AppAdapter
+from worker.tasks.context import CheckError, StepError, TaskContext, params
 from worker.tasks.expr import UnsafeExpression, compile_lambda
 
 STATES_DIR = "/home/user/Downloads"

@@ -11,8 +11,8 @@ from typing import Any
 from coda.contracts.desktop import CheckResult, CheckStatus, StepStatus
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
-from worker.tasks.adapters.base import AppAdapter, params
-from worker.tasks.context import CheckError, StepError, TaskContext
+from worker.tasks.adapters.base import AppAdapter
+from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 BASIC_LEAN = "/home/user/sci/Sci/Basic.lean"
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from coda.contracts.desktop import CheckResult, CheckStatus
 from coda.tasks import SetupStep
-from worker.tasks.adapters.base import AppAdapter, params
+from worker.tasks.adapters.base import AppAdapter
 from worker.tasks.adapters.kalgebra import desktop, patched
-from worker.tasks.context import StepError, TaskContext
+from worker.tasks.context import StepError, TaskContext, params
+from worker.tasks.launch import launch_step
 
 VAL_TOLERANCE = 1e-6
 
@@ -31,8 +32,6 @@ def _desktop(ctx: TaskContext) -> bool:
 
 
 def step_launch(ctx: TaskContext, step: SetupStep) -> str | None:
-    from worker.tasks.setup import launch_step  # the generic launch (setup imports adapters)
-
     if desktop.wants_desktop_mode(ctx, str(params(step).get("command", ""))):
         return desktop.launch(ctx, step, launch_step)
     return launch_step(ctx, step)

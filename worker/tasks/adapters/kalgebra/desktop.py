@@ -32,9 +32,8 @@ from coda.contracts.desktop import CheckStatus, StepStatus
 from coda.logging import get_logger
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
-from worker.tasks.adapters.base import params
 from worker.tasks.adapters.kalgebra import points
-from worker.tasks.context import CheckError, StepError, TaskContext
+from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 log = get_logger(__name__)
 

@@ -11,8 +11,7 @@ import httpx
 
 from coda.contracts.desktop import CheckStatus, StepStatus
 from coda.tasks import SetupStep
-from worker.tasks.adapters.base import params
-from worker.tasks.context import CheckError, StepError, TaskContext
+from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 TIMEOUT_S = 240.0
 

@@ -32,7 +32,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,6 +189,3 @@ def answers(queries: Sequence[Query], values: Sequence[str]) -> dict[str, Any]:
 def eqn_passes(plots: Sequence[dict[str, Any]], wanted: dict[str, Any]) -> bool:
     """ScienceBoard: some plot answers every wanted key with the wanted value."""
     return any(all(k in p and p[k] == v for k, v in wanted.items()) for p in plots)
-
-
-Calculator = Callable[[dict[str, str], list[tuple[str, list[str]]]], list[list[str]]]

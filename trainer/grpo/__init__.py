@@ -1,0 +1,1 @@
+"""Stage 1: decoupled GRPO on the planner (``coda trainer``), fed by the master's groups."""
