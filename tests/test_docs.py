@@ -39,6 +39,16 @@ def test_docs_name_existing_files() -> None:
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links {target}"
 
 
+def test_docs_name_existing_paths() -> None:
+    """Every `path/in/backticks` under one of the repository's own folders exists."""
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for path in re.findall(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*-]+)+/?)`", page.read_text()):
+            if path.split("/")[0] in tops and "*" not in path:
+                assert (ROOT / path).exists(), f"{page.relative_to(ROOT)} names {path}"
+
+
 def test_readme_is_a_front_door() -> None:
     """The README stays short: what CODA is, the quick start, where things go, links."""
     readme = (ROOT / "README.md").read_text()
