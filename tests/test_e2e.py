@@ -37,7 +37,7 @@ C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 NOOP = {"id": "noop", "app": "xterm", "step_budget": 3,
         "instruction": "Nothing is left to do here: say you are done."}
 SHOTS = os.environ.get("CODA_E2E_SHOTS")
-"""Where to keep the browser's screenshots (the README's come from
+"""Where to keep the browser's screenshots (the docs' come from
 ``CODA_E2E_SHOTS=benchmarks/results``); unset, they stay in the test's temporary folder."""
 CHROMIUM = "/usr/bin/chromium"
 

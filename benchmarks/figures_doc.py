@@ -1,0 +1,280 @@
+"""The verification figures page, rendered from the benchmarks' own JSON (never hand-copied).
+
+``python -m benchmarks.figures_doc > docs/figures.md`` writes it; ``tests/test_docs.py`` fails
+when the committed page differs from what the JSON in ``benchmarks/results/`` gives. Each
+section names the JSON it reads and the script that writes that JSON; a figure the JSON does
+not (yet) hold reads "not measured", so a section can list figures before their first run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MISSING = "not measured"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row: a label and the path of keys to its value in the section's JSON."""
+
+    label: str
+    path: tuple[str | int, ...]
+    unit: str = ""
+    digits: int = 2
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    source: str  # file name under benchmarks/results/
+    script: str  # the command that writes it
+    figures: tuple[Figure, ...]
+    when: tuple[str | int, ...] | None = None  # path of the measurement's date, if recorded
+    note: str = ""
+
+
+def F(label: str, *path: str | int, unit: str = "", digits: int = 2) -> Figure:
+    """A figure at the path of keys ``path``."""
+    return Figure(label, tuple(path), unit, digits)
+
+
+def _route(route: str, key: str) -> tuple[str, ...]:
+    return ("routes", route, key)
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "Desktops: local slots and desktop containers", "env.json",
+        "python -m benchmarks.env --docker",
+        (
+            F("local: reset to ready (median of the resets)", "reset_ready_s", unit="s", digits=3),
+            F("local: first start", "first_start_s", unit="s", digits=3),
+            F("local: screenshot 1280x800 PNG over HTTP", "screenshot_ms_1280x800_png",
+              unit="ms"),
+            F("OSWorld's screenshot method, same display", "osworld_screenshot_ms_1280x800_png",
+              unit="ms"),
+            F("screenshot speed-up vs OSWorld", "screenshot_speedup_vs_osworld", unit="x"),
+            F("a click answered (typed action)", "action_roundtrip_ms", unit="ms"),
+            F("OSWorld's `python -c pyautogui` click", "osworld_action_roundtrip_ms", unit="ms"),
+            F("container: reset to ready, revert", "docker_reset_ready_s", "revert", unit="s",
+              digits=3),
+            F("container: reset to ready, recreate", "docker_reset_ready_s", "recreate",
+              unit="s", digits=3),
+            F("container: screenshot 1280x800 PNG", "docker_screenshot_ms_1280x800_png",
+              unit="ms"),
+            F("container: memory per slot, idle", "docker_memory_mib_per_slot", "idle",
+              unit="MiB", digits=1),
+            F("container: memory per slot, TeXstudio open", "docker_memory_mib_per_slot",
+              "texstudio_open", unit="MiB", digits=1),
+            F("worker's own time per step, 1 slot (median)", "step_overhead_ms", unit="ms"),
+            F("worker's own time per step, 1 slot (p90)", "step_overhead_ms_p90", unit="ms"),
+            F("worker's own time per step, 4 slots (median)", "step_overhead_ms_4_slots",
+              unit="ms"),
+            F("episodes per minute, 4 local slots", "episodes_per_min"),
+            F("episodes per minute, 4 desktop containers", "docker_episodes_per_min"),
+            F("containers / local episodes per minute", "docker_vs_local_episodes_per_min"),
+            F("GRASS GIS: launch to ready, local", "grass_launch_ready_s", unit="s"),
+            F("GRASS GIS: reset to ready, local", "grass_reset_ready_s", unit="s"),
+            F("GRASS GIS: launch to ready, container", "docker_grass_launch_ready_s", unit="s"),
+            F("GRASS GIS: reset to ready, container", "docker_grass_reset_ready_s", unit="s"),
+            F("vSphere (vcsim): reset to ready, clone", "vsphere_reset_ready_s", "clone",
+              unit="s"),
+            F("vSphere (vcsim): reset to ready, revert", "vsphere_reset_ready_s", "revert",
+              unit="s"),
+            F("episodes per minute, vSphere slots", "vsphere_episodes_per_min"),
+            F("episodes per minute, docker slots beside them", "vsphere_docker_episodes_per_min"),
+        ),
+        when=("at",),
+        note="TeXstudio C-02 with the model services on the replay backend; `machine` in the "
+             "JSON has the load average before and after.",
+    ),
+    Section(
+        "Master under load", "master_load_kit_w1.json",
+        "python -m benchmarks.master_load --slots 1000 --duration 90 --workers 1",
+        (
+            F("simulated slots", "slots", digits=0),
+            F("requests per second", "requests_per_s"),
+            F("p50", "p50_ms", unit="ms"),
+            F("p99", "p99_ms", unit="ms"),
+            F("max", "max_ms", unit="ms"),
+            F("errors", "errors", digits=0),
+            F("utilisation", "utilization", digits=4),
+            F("lease p99", *_route("POST /v1/jobs/lease", "p99_ms"), unit="ms"),
+            F("step report p99", *_route("POST /v1/jobs/{job_id}/steps", "p99_ms"), unit="ms"),
+            F("heartbeat p99", *_route("POST /v1/jobs/{job_id}/heartbeat", "p99_ms"),
+              unit="ms"),
+        ),
+        note="A step every 2 s, a heartbeat every 5 s, one uvicorn process, the machine's "
+             "PostgreSQL 15 and Redis 7; `benchmarks/results/master_load.summary.md` has the "
+             "history of the figure.",
+    ),
+    Section(
+        "Master: one batch of 10,000 tasks", "master_batch.json",
+        "python -m benchmarks.master_batch",
+        (
+            F("submit 10,000 tasks (21.7 MiB)", "submit", "seconds", unit="s"),
+            F("a duplicate refused", "duplicate_refused", "seconds", unit="s"),
+            F("lease p99 while idle", "idle", "lease", "p99_ms", unit="ms"),
+        ),
+    ),
+    Section(
+        "Sampling: batched vs sequential (tiny model, transformers, CPU)", "sampling.json",
+        "python -m benchmarks.sampling",
+        (
+            F("8 plans in one call", "plan_batch_s", unit="s", digits=3),
+            F("8 plans, 8 calls", "plan_sequential_s", unit="s", digits=3),
+            F("plan speed-up", "plan_batch_speedup", unit="x"),
+            F("executor batch of 8", "act_batch_s", unit="s", digits=3),
+            F("executor, 8 calls", "act_sequential_s", unit="s", digits=3),
+            F("executor speed-up", "act_batch_speedup", unit="x"),
+        ),
+        when=("timestamp",),
+    ),
+    Section(
+        "Serving: vLLM's CPU build vs the transformers backend (tiny model)", "serving.json",
+        "python -m benchmarks.serving",
+        (
+            F("plans per second, vLLM (G=8)", "vllm", "plans_per_s"),
+            F("plans per second, transformers", "transformers", "plans_per_s"),
+            F("plans ratio vLLM / transformers", "plans_per_s_ratio"),
+            F("executor actions per second, vLLM", "vllm", "actions_per_s"),
+            F("executor actions per second, transformers", "transformers", "actions_per_s"),
+            F("judge call, vLLM", "vllm", "judge_call_s", unit="s", digits=3),
+            F("judge call, transformers", "transformers", "judge_call_s", unit="s", digits=3),
+            F("log-prob parity: max |diff| (trainer vs vLLM)", "logprob_parity",
+              "max_abs_diff", digits=8),
+            F("log-prob parity: mean |diff|", "logprob_parity", "mean_abs_diff", digits=8),
+            F("vLLM start", "vllm_start_s", unit="s", digits=1),
+            F("planner version served again after vLLM is back", "version_recovery_s",
+              unit="s", digits=1),
+            F("... after the kill -9", "version_recovery_from_kill_s", unit="s", digits=1),
+        ),
+        when=("measured_at",),
+    ),
+    Section(
+        "Trainer: one GRPO update, shared prompt encoding", "trainer.json",
+        "python -m benchmarks.trainer",
+        (
+            F("update, shared prompt (G=8)", "shared", "update_s", unit="s", digits=3),
+            F("update, each plan encoded separately", "separate", "update_s", unit="s",
+              digits=3),
+            F("time ratio shared / separate", "shared_prefix_ratio", digits=3),
+            F("peak memory, shared", "shared", "peak_memory_mb", unit="MB", digits=0),
+            F("peak memory, separate", "separate", "peak_memory_mb", unit="MB", digits=0),
+        ),
+        when=("created_at",),
+    ),
+    Section(
+        "Trainer: learning curve on a synthetic reward", "trainer_learning_curve.json",
+        "CODA_LEARNING_CURVE_OUT=FILE pytest tests/trainer/test_learning.py",
+        (
+            F("reward mean before training", "curve", 0, "reward_mean", digits=3),
+            F("reward mean after the last update", "curve", -1, "reward_mean", digits=3),
+            F("target", "target", digits=2),
+        ),
+    ),
+    Section(
+        "docker compose up, end to end", "compose_e2e.json",
+        "pytest tests/deploy/test_compose_e2e.py",
+        (
+            F("test wall time (first run)", "runs", 0, "test_s", unit="s", digits=1),
+            F("submit to a new planner version", "runs", 0, "submit_to_version_s", unit="s",
+              digits=0),
+            F("planner version published", "runs", 0, "planner_version"),
+            F("desktop image cold build", "image_builds_cold_s",
+              "coda-desktop (--no-cache, under load average ~9)", unit="s", digits=0),
+            F("desktop image size", "image_sizes", "coda-desktop"),
+        ),
+        when=("date",),
+    ),
+)
+
+
+def lookup(data: Any, path: Iterable[str | int]) -> Any:
+    """The value at ``path`` (dict keys, list indices), or None when any step is absent."""
+    for key in path:
+        in_list = isinstance(key, int) and isinstance(data, list) and -len(data) <= key < len(data)
+        in_dict = isinstance(key, str) and isinstance(data, dict) and key in data
+        if not (in_list or in_dict):
+            return None
+        data = data[key]
+    return data
+
+
+def fmt(value: Any, figure: Figure) -> str:
+    if value is None:
+        return MISSING
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value):
+        text = str(value)
+    elif figure.digits == 0:
+        text = f"{round(value):,}"
+    else:
+        text = f"{value:,.{figure.digits}f}" if abs(value) >= 1e-3 else f"{value:.2e}"
+    return f"{text} {figure.unit}".rstrip()
+
+
+def load(results: Path, name: str) -> Any:
+    path = results / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def render_coverage(results: Path) -> list[str]:
+    data = load(results, "coverage-local.json")
+    if data is None:
+        return []
+    lines = ["## Task coverage on the local image", "",
+             "Source: `benchmarks/results/coverage-local.json`, written by "
+             "`coda tasks coverage examples/scienceboard --provider local --json FILE`; "
+             "the reasons are in `docs/coverage.md`.", "",
+             "| application | tasks | real verdicts here |", "| --- | ---: | ---: |"]
+    for row in [*data.get("apps", []), data.get("total", {})]:
+        lines.append(f"| {row.get('app', '?')} | {row.get('tasks', MISSING)} | "
+                     f"{row.get('runnable', MISSING)} |")
+    return [*lines, ""]
+
+
+def render_section(section: Section, results: Path) -> list[str]:
+    data = load(results, section.source)
+    lines = [f"## {section.title}", ""]
+    src = f"Source: `benchmarks/results/{section.source}`, written by `{section.script}`"
+    if data is None:
+        return [*lines, f"{src}: not measured yet.", ""]
+    when = lookup(data, section.when) if section.when else None
+    lines.append(f"{src}" + (f"; measured {when}." if when else "."))
+    if section.note:
+        lines.append(section.note)
+    lines += ["", "| figure | value |", "| --- | ---: |"]
+    lines += [f"| {f.label} | {fmt(lookup(data, f.path), f)} |" for f in section.figures]
+    return [*lines, ""]
+
+
+def render(results: Path = RESULTS) -> str:
+    lines = [
+        "# Verification figures",
+        "",
+        "Generated from the JSON the benchmarks write (`python -m benchmarks.figures_doc > "
+        "docs/figures.md`; a test fails when this page is stale). Every figure was measured on "
+        "the project's 2-core, 24 GiB development machine without a GPU unless its JSON says "
+        "otherwise; the JSON files hold the runs, spreads and machine load behind each number.",
+        "",
+    ]
+    lines += render_coverage(results)
+    for section in SECTIONS:
+        lines += render_section(section, results)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(render())
+
+
+if __name__ == "__main__":
+    main()
