@@ -19,10 +19,11 @@ from coda.logging import get_logger
 from coda_app.vcsim import Vcsim, create_vm, desktop_run
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.vcsim import leftovers, vm_prefix
+from tests.fixtures.waiting import wait_for
 from tests.worker.test_episodes import C02, C02_ACTIONS
 from worker.providers.vsphere import find_vm, list_vms, task_result
 
-from .workerproc import Rest, WorkerProcess, running_worker, wait_for, worker_env
+from .workerproc import Rest, WorkerProcess, running_worker, worker_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 log = get_logger("tests.vsphere_episodes")
@@ -61,7 +62,8 @@ def _wait(rest: Rest, episode_id: str, worker: WorkerProcess) -> dict[str, Any]:
             raise AssertionError(f"episode failed: {ep['error']}\n{worker.log()}")
         return ep if ep["status"] == "completed" else None
 
-    return wait_for(probe, f"episode {episode_id}", EPISODE_TIMEOUT, worker)
+    return wait_for(probe, f"episode {episode_id}", EPISODE_TIMEOUT, logs=worker.log,
+                    gone=worker.exited)
 
 
 def _solved(ep: dict[str, Any], attempt: int) -> None:
@@ -100,7 +102,7 @@ def test_a_vm_powered_off_mid_episode_fails_the_attempt_and_the_retry_succeeds_o
     episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
     with running_worker(_env(wmaster, replay_services, fleet), tmp_path / "worker.log") as w:
         wait_for(lambda: len(rest.episode(episode_id)["steps"] or []) >= 1,
-                 "the first step", EPISODE_TIMEOUT, w)
+                 "the first step", EPISODE_TIMEOUT, logs=w.log, gone=w.exited)
         vm = find_vm(si, fleet["clone"])
         off = vm._moId
         task_result(si, vm.PowerOffVM_Task(), 60, "power off from outside")
