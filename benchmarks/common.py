@@ -57,6 +57,20 @@ def write_result(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def write_result_key(path: Path, key: str, doc: dict[str, Any]) -> None:
+    """Write ``doc`` under ``key`` of a shared result file (e.g. ``fleet.json``), keeping the
+    other keys other benchmarks wrote there."""
+    current: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            loaded = {}
+        current = loaded if isinstance(loaded, dict) else {}
+    current[key] = doc
+    write_result(path, dict(sorted(current.items())))
+
+
 def parse_screen(text: str, minimum: int = 1) -> tuple[int, int]:
     """``WxH`` -> (W, H); ValueError when it is not that or a side is below ``minimum``."""
     try:
