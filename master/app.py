@@ -22,14 +22,23 @@ from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
 from coda.urls import redact_url
-from master import errors, maintenance, shutdown
+from master import errors, maintenance, shutdown, tokens
 from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
 from master.queue.redis_queue import RedisQueue
-from master.routes import admin, artifacts, episodes, groups, models, status, training
+from master.routes import (
+    admin,
+    artifacts,
+    episodes,
+    groups,
+    models,
+    status,
+    training,
+    worker_tokens,
+)
 from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
@@ -56,6 +65,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
     s.check_secrets()
     coverage = read_coverage(s.coverage_file)
     holder: dict[str, AppState] = {}
+    auth = token_auth(s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +80,8 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
                         metrics=metrics, coverage=coverage)
         app.state.core = core
+        async with pg.acquire() as conn:  # revoked worker tokens refused from the first request
+            auth.set_revoked(await tokens.revocations(conn))
         app.state.settings = s
         holder["core"] = core
         # Everything loaded so far lives as long as the process: keep it out of the cyclic GC's
@@ -79,7 +91,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         gc.set_threshold(*s.gc_thresholds)
         restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
-        loop = asyncio.create_task(maintenance.run(core, stop))
+        loop = asyncio.create_task(maintenance.run(core, stop, auth))
         log.info("master.ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url,
                  database=redact_url(s.database_url), test_clock=s.test_clock)
         try:
@@ -100,14 +112,14 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
 
     app, registry = create_service_app(
         name="CODA master", version=__version__, lifespan=lifespan, ready=ready,
-        max_body_bytes=s.max_body_bytes, auth=token_auth(s),
+        max_body_bytes=s.max_body_bytes, auth=auth,
         description="Batches, episodes, the Redis lease queue, training groups and model versions.",
     )
     metrics = MasterMetrics(registry)
     app.state.settings = s
     for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
                    artifacts.router, groups.router, models.router, status.router,
-                   training.router):
+                   training.router, worker_tokens.router):
         app.include_router(router)
     if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
         app.include_router(admin.router)

@@ -321,3 +321,23 @@ class StatusReport(BaseModel):
     coverage: CoverageReport | None = Field(
         default=None, description="which task files can run with a real verdict on the "
         "workers' image (`coda tasks coverage`, read from CODA_COVERAGE_FILE)")
+
+
+TOKEN_FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"
+"""A worker token's fingerprint: the first 16 hex digits of its SHA-256 (the master and
+``coda admin`` name a token by it; the token itself is never shown or stored)."""
+
+
+class WorkerTokenInfo(BaseModel):
+    """A worker token the master knows (from its settings), by fingerprint."""
+
+    fingerprint: str = Field(pattern=TOKEN_FINGERPRINT_PATTERN)
+    revoked_at: datetime | None = None
+    workers: list[uuid.UUID] = Field(default_factory=list,
+                                     description="workers registered with this token")
+
+
+class WorkerTokenRevoked(WorkerTokenInfo):
+    """What a revocation did: the token's workers and the leases given back to the queue."""
+
+    leases_returned: int = Field(default=0, ge=0)
