@@ -109,3 +109,32 @@ def test_every_master_process_refuses_a_revoked_token(master_factory):
     assert status_of(second, BAD) == 401
     for m in (first, second):
         assert BAD not in (m.log_path.read_text() if m.log_path else "")
+
+
+def test_a_worker_whose_token_is_revoked_stops_leasing_and_says_why(two_token_master,
+                                                                     tmp_path):
+    """The real ``coda worker``: after the revocation its next lease is refused; it logs
+    ``worker.token_refused`` once and exits (code 3) instead of asking again and again."""
+    from tests.worker.workerproc import WorkerProcess, worker_env
+
+    m = two_token_master
+    env = {**worker_env(m, "http://127.0.0.1:9", "http://127.0.0.1:9", "http://127.0.0.1:9"),
+           "CODA_WORKER_TOKEN": BAD, "CODA_WORKER_KINDS": "judge",
+           "CODA_WORKER_NAME": "revoked-server"}
+    worker = WorkerProcess(env=env, log_path=tmp_path / "worker.log")
+    admin = {"Authorization": f"Bearer {m.admin_token}"}
+    worker.start()
+    try:
+        wait_for(lambda: any(w["name"] == "revoked-server" for w in httpx.get(
+            f"{m.url}/v1/workers", headers=admin, timeout=10).json()),
+            "the worker registered", 60, gone=worker.exited, logs=worker.log)
+        r = httpx.delete(f"{m.url}/v1/admin/worker-tokens/{fingerprint(BAD)}", headers=admin,
+                         timeout=30)
+        assert r.status_code == 200, r.text
+        assert worker.proc is not None
+        assert worker.proc.wait(60) == 3, worker.log()
+    finally:
+        worker.stop()
+    log = worker.log()
+    assert log.count("worker.token_refused") == 1 and "revoked" in log, log
+    assert BAD not in log
