@@ -138,3 +138,29 @@ def test_a_worker_whose_token_is_revoked_stops_leasing_and_says_why(two_token_ma
     log = worker.log()
     assert log.count("worker.token_refused") == 1 and "revoked" in log, log
     assert BAD not in log
+
+
+def test_coda_admin_lists_and_revokes_by_token_file(two_token_master, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.fixtures.master import ROOT
+
+    m = two_token_master
+    secret = tmp_path / "bad-token"
+    secret.write_text(BAD + "\n")
+
+    def coda(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "coda_app.cli", "admin", *args,
+                               "--url", m.url, "--token", m.admin_token], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    out = coda("revoke-worker-token", "--token-file", str(secret))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["fingerprint"] == fingerprint(BAD)
+    listed = coda("worker-tokens")
+    assert listed.returncode == 0 and fingerprint(GOOD) in listed.stdout
+    assert BAD not in listed.stdout + out.stdout
+    assert httpx.get(f"{m.url}/v1/workers", headers={"Authorization": f"Bearer {BAD}"},
+                     timeout=10).status_code == 401
