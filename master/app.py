@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
 from coda.contracts.coverage import CoverageReport
+from coda.contracts.master_api import SupervisedChild
 from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
@@ -60,7 +61,10 @@ def read_coverage(path: str | None) -> CoverageReport | None:
                            f"({type(exc).__name__}: {str(exc)[:300]})") from None
 
 
-def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) -> FastAPI:
+def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
+               supervised: Callable[[], list[SupervisedChild]] | None = None) -> FastAPI:
+    """``supervised``: under ``coda up``, what it runs beside the master (the status shows
+    it)."""
     s = settings or MasterSettings()
     s.check_secrets()
     coverage = read_coverage(s.coverage_file)
@@ -78,7 +82,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         core = AppState(settings=s, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
-                        metrics=metrics, coverage=coverage)
+                        metrics=metrics, coverage=coverage, supervised=supervised)
         app.state.core = core
         async with pg.acquire() as conn:  # revoked worker tokens refused from the first request
             auth.set_revoked(await tokens.revocations(conn))

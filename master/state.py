@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from fastapi import Depends, Request
 
 from coda.artifacts import ArtifactStore
 from coda.contracts.coverage import CoverageReport
+from coda.contracts.master_api import SupervisedChild
 from master.clock import Clock
 from master.metrics import MasterMetrics
 from master.queue.redis_queue import RedisQueue
@@ -29,6 +31,7 @@ class AppState:
     coverage: CoverageReport | None = None  # CODA_COVERAGE_FILE, read at start
     clock: Clock = field(default_factory=Clock)  # lease and heartbeat times
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGTERM / SIGINT
+    supervised: Callable[[], list[SupervisedChild]] | None = None  # under `coda up`
 
 
 async def get_state(request: Request) -> AppState:

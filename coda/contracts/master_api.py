@@ -296,6 +296,14 @@ class EpisodeReplay(BaseModel):
     rewards: list[StepReward] = Field(default_factory=list)
 
 
+class SupervisedChild(BaseModel):
+    """A process ``coda up`` started and restarts when it dies (``coda_app.supervise``)."""
+
+    name: str = Field(max_length=NAME_MAX)
+    running: bool
+    restarts: int = Field(ge=0, description="restarts since `coda up` started")
+
+
 class StatusReport(BaseModel):
     generated_at: datetime
     batches: list[Batch]
@@ -321,6 +329,9 @@ class StatusReport(BaseModel):
     coverage: CoverageReport | None = Field(
         default=None, description="which task files can run with a real verdict on the "
         "workers' image (`coda tasks coverage`, read from CODA_COVERAGE_FILE)")
+    supervised: list[SupervisedChild] = Field(
+        default_factory=list, description="under `coda up`: the processes it started beside "
+        "the master, whether each runs and how often it was restarted")
 
 
 TOKEN_FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"
