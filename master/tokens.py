@@ -19,6 +19,7 @@ from datetime import datetime
 import asyncpg
 from fastapi import status
 
+from coda.contracts.jobs import Job
 from coda.logging import get_logger
 from coda.service.auth import AuthError, Requirement, TokenAuth, bearer_token
 from master.db.pg import Conn
@@ -79,20 +80,13 @@ async def workers_of(conn: Conn) -> dict[str, list[uuid.UUID]]:
     return out
 
 
-async def revoke(pg: asyncpg.Pool, queue: RedisQueue, fp: str) -> tuple[datetime, list[uuid.UUID],
-                                                                         int]:
-    """Store the revocation of ``fp`` (kept if already there) and give the leases of its
-    workers back: (revoked at, its workers, leases returned)."""
+async def _give_back(pg: asyncpg.Pool, queue: RedisQueue, where: str, *args: object,
+                     ) -> tuple[int, int]:
+    """Requeue the leased jobs ``where`` selects (failed on their last attempt), as an expired
+    lease would be; (requeued, failed)."""
     async with pg.acquire() as conn, conn.transaction():
-        revoked_at = await conn.fetchval(
-            "insert into worker_token_revocations (fingerprint) values ($1) "
-            "on conflict (fingerprint) do update set fingerprint = excluded.fingerprint "
-            "returning revoked_at", fp)
-        worker_ids = [r["id"] for r in await conn.fetch(
-            "select id from workers where token_fingerprint = $1", fp)]
-        held = await conn.fetch(
-            "select id, lease_token, attempts, max_attempts from jobs "
-            "where status = 'leased' and worker_id = any($1) for update", worker_ids)
+        held = await conn.fetch("select id, lease_token, attempts, max_attempts from jobs "
+                                f"where status = 'leased' and {where} for update", *args)
         retry = [r["id"] for r in held if r["attempts"] < r["max_attempts"]]
         dead = [r for r in held if r["attempts"] >= r["max_attempts"]]
         if retry:
@@ -104,6 +98,34 @@ async def revoke(pg: asyncpg.Pool, queue: RedisQueue, fp: str) -> tuple[datetime
     for r in held:
         await queue.release(str(r["id"]), r["lease_token"])
     await publish(pg, queue, retry)
+    return len(retry), len(dead)
+
+
+async def revoke(pg: asyncpg.Pool, queue: RedisQueue, fp: str) -> tuple[datetime, list[uuid.UUID],
+                                                                         int]:
+    """Store the revocation of ``fp`` (kept if already there) and give the leases of its
+    workers back: (revoked at, its workers, leases returned)."""
+    async with pg.acquire() as conn:
+        revoked_at = await conn.fetchval(
+            "insert into worker_token_revocations (fingerprint) values ($1) "
+            "on conflict (fingerprint) do update set fingerprint = excluded.fingerprint "
+            "returning revoked_at", fp)
+        worker_ids = [r["id"] for r in await conn.fetch(
+            "select id from workers where token_fingerprint = $1", fp)]
+    requeued, failed = await _give_back(pg, queue, "worker_id = any($1)", worker_ids)
     log.warning("tokens.worker_token_revoked", fingerprint=fp, workers=len(worker_ids),
-                leases_requeued=len(retry), leases_failed=len(dead))
-    return revoked_at, worker_ids, len(held)
+                leases_requeued=requeued, leases_failed=failed)
+    return revoked_at, worker_ids, requeued + failed
+
+
+async def unless_revoked(pg: asyncpg.Pool, queue: RedisQueue, auth: object,
+                         authorization: str | None, jobs: list[Job]) -> list[Job]:
+    """``jobs`` just leased, or none when the caller's token was revoked meanwhile (a long
+    poll that began before the revocation): then they go back to the queue at once."""
+    if not jobs or not isinstance(auth, MasterTokenAuth) or not auth.revoked:
+        return jobs
+    token = bearer_token(authorization)
+    if token is None or fingerprint(token) not in auth.revoked:
+        return jobs
+    await _give_back(pg, queue, "id = any($1)", [j.id for j in jobs])
+    return []

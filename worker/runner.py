@@ -287,7 +287,9 @@ class Worker:
             try:
                 await self.master.heartbeat(job)
             except ServiceError as exc:
-                if lease_lost(exc):
+                if exc.status in (401, 403):  # our token was revoked: the master took it back
+                    self._refused(exc)
+                if lease_lost(exc) or self.refused is not None:
                     lost.set()
                     work.cancel()
                     return

@@ -17,7 +17,7 @@ from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import EpisodeStatus
 from master.tokens import fingerprint
 from tests.fixtures.master import TEST_CLOCK
-from tests.fixtures.waiting import wait_for
+from tests.fixtures.waiting import wait_for, wait_for_async
 from tests.master.conftest import submit
 
 GOOD = "worker-good-" + secrets.token_hex(12)
@@ -85,6 +85,29 @@ async def test_revoked_token_is_refused_and_its_leases_go_to_another_worker(two_
         with pytest.raises(ServiceError) as err:
             await good.revoke_worker_token(fingerprint(GOOD))
         assert err.value.status == 403
+
+
+async def test_a_long_poll_open_at_the_revocation_gets_nothing(two_token_master):
+    """A worker of the revoked token long-polling when it is revoked: a job that arrives
+    during the poll is not kept by it (it goes back at once and the other worker gets it)."""
+    import asyncio
+
+    m = two_token_master
+    async with MasterClient(m.url, token=m.admin_token, retries=1) as admin, \
+            MasterClient(m.url, token=GOOD, retries=1) as good, \
+            MasterClient(m.url, token=BAD, retries=1) as bad:
+        bad_worker = await bad.register_worker(WorkerRegister(name="bad-server"))
+        good_worker = await good.register_worker(WorkerRegister(name="good-server"))
+        poll = asyncio.create_task(bad.lease(bad_worker.id, wait_s=30))
+
+        async def polling() -> bool:
+            return await asyncio.to_thread(m.metric, "coda_lease_polls_waiting") >= 1
+        await wait_for_async(polling, "the revoked worker long-polling")
+        await admin.revoke_worker_token(fingerprint(BAD))
+        created = await submit(admin, n_tasks=1)
+        assert await poll == []
+        [job] = await good.lease(good_worker.id, wait_s=10)
+        assert job.payload.episode_id == created.episode_ids[0]
 
 
 def test_every_master_process_refuses_a_revoked_token(master_factory):
