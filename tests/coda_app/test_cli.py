@@ -170,6 +170,35 @@ def _restarts(port: int) -> dict[str, int]:
     return {c["name"]: c["restarts"] for c in resp.json()["supervised"] if c["running"]}
 
 
+@pytest.mark.slow
+def test_up_gives_up_on_a_store_that_keeps_dying():
+    """The embedded Redis killed again after each restart: restarted 5 times (backoff 1, 2,
+    4, 8, 16 s), the 6th death within 5 minutes stops everything: exit 1 with its log's tail."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    port = free_port()
+    with embedded_data_dir() as home:
+        proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
+                                 "--master-only", "--no-live"], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: "redis" in _restarts(port), "coda up's master", 120,
+                     interval=0.3, gone=exited(proc, "coda up"))
+            pidfile = home / "redis" / "redis.pid"
+            for n in range(1, 7):
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+                if n < 6:
+                    wait_for(lambda n=n: _restarts(port).get("redis") == n,
+                             f"redis restarted {n}x", 120, interval=0.3,
+                             gone=exited(proc, "coda up"))
+            output, _ = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, output
+    flat = " ".join(output.split())
+    assert "redis died 6 times within 300 s: giving up" in flat, output[-3000:]
+    assert "stack.gave_up" in output and "stopped: everything" in output
+
+
 def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:
     """`coda up` (stores from the environment) until the master is up, then Ctrl-C; its
     output as a terminal (a pseudo-terminal) or a pipe shows it."""
