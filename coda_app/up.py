@@ -149,7 +149,12 @@ def up(
             """Restart what died (backoff); one that keeps dying stops everything."""
             try:
                 while True:
-                    await asyncio.to_thread(supervisor.check)
+                    try:
+                        await asyncio.to_thread(supervisor.check)
+                    except GaveUp:
+                        raise
+                    except Exception:  # noqa: BLE001 - the loop's top: logged, next round retries
+                        log.exception("stack.supervise_failed")
                     await asyncio.sleep(SUPERVISE_INTERVAL_S)
             except GaveUp as exc:
                 gave_up.append(exc)
