@@ -153,7 +153,7 @@ def up(
                         await asyncio.to_thread(supervisor.check)
                     except GaveUp:
                         raise
-                    except Exception:  # noqa: BLE001 - the loop's top: logged, next round retries
+                    except Exception:  # the loop's top: logged, the next round retries
                         log.exception("stack.supervise_failed")
                     await asyncio.sleep(SUPERVISE_INTERVAL_S)
             except GaveUp as exc:
