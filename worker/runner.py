@@ -111,7 +111,10 @@ class Worker:
                 self.worker_id = w.id
                 return True
             except (httpx.TransportError, ServiceError) as exc:
-                if isinstance(exc, ServiceError) and exc.status in (401, 403, 422):
+                if isinstance(exc, ServiceError) and exc.status in (401, 403):
+                    self._refused(exc)
+                    raise TokenRefused(str(exc.detail)) from None
+                if isinstance(exc, ServiceError) and exc.status == 422:
                     raise
                 log.warning("worker.master_unreachable", url=self.settings.master_url,
                             error=str(exc), retry_in_s=delay)
