@@ -95,10 +95,10 @@ class Worker:
             [ended] = await asyncio.gather(beat, return_exceptions=True)
             if isinstance(ended, Exception):
                 raise ended
-            if self.refused is not None:
-                raise TokenRefused(self.refused)
         finally:
             await self.aclose()
+        if self.refused is not None:  # the master refused our token: say so by the exit
+            raise TokenRefused(self.refused)
 
     async def _register(self, stop: asyncio.Event) -> bool:
         delay = 0.5
@@ -192,15 +192,10 @@ class Worker:
             return None
         try:
             jobs = lease.result()
-        except ServiceError as exc:
-            if exc.status in (401, 403):
-                self._refused(exc)
+        except (httpx.TransportError, ServiceError) as exc:
+            if isinstance(exc, ServiceError) and exc.status in (401, 403):
+                self._refused(exc)  # our token was revoked: lease no more
                 return None
-            log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), 2.0)
-            return None
-        except httpx.TransportError as exc:
             log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), 2.0)

@@ -58,8 +58,8 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
 
 
 @router.post("/lease", responses=error_responses(404))
-async def lease_jobs(body: LeaseRequest, request: Request, core: State,
-                     _: WorkerAuth) -> LeaseResponse:
+async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
+                     request: Request) -> LeaseResponse:
     """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
     (a master that is stopping answers at once, with no job)."""
     if not await _registered(core, body.worker_id):
