@@ -69,7 +69,6 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
     s.check_secrets()
     coverage = read_coverage(s.coverage_file)
     holder: dict[str, AppState] = {}
-    auth = token_auth(s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,7 +83,8 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
                         metrics=metrics, coverage=coverage, supervised=supervised)
         app.state.core = core
-        async with pg.acquire() as conn:  # revoked worker tokens refused from the first request
+        core.auth = auth  # revoked worker tokens: loaded now, re-read each maintenance round
+        async with pg.acquire() as conn:
             auth.set_revoked(await tokens.revocations(conn))
         app.state.settings = s
         holder["core"] = core
@@ -95,7 +95,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
         gc.set_threshold(*s.gc_thresholds)
         restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
-        loop = asyncio.create_task(maintenance.run(core, stop, auth))
+        loop = asyncio.create_task(maintenance.run(core, stop))
         log.info("master.ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url,
                  database=redact_url(s.database_url), test_clock=s.test_clock)
         try:
@@ -114,6 +114,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
         await core.redis.ping()
         return {"postgres": "ok", "redis": "ok", "queue_built": str(await core.queue.is_built())}
 
+    auth = token_auth(s)
     app, registry = create_service_app(
         name="CODA master", version=__version__, lifespan=lifespan, ready=ready,
         max_body_bytes=s.max_body_bytes, auth=auth,

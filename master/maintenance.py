@@ -42,15 +42,14 @@ async def tick(core: AppState, *, owner: str) -> None:
         await core.redis.eval(_UNLOCK, 1, core.queue.k.maintenance_lock, owner)
 
 
-async def run(core: AppState, stop: asyncio.Event,
-              auth: tokens.MasterTokenAuth | None = None) -> None:
+async def run(core: AppState, stop: asyncio.Event) -> None:
     owner = secrets.token_hex(8)
     last_gauges = 0.0
     while not stop.is_set():
         try:
-            if auth is not None:  # every process: revocations made by another one
+            if core.auth is not None:  # every process: revocations made by another one
                 async with core.pg.acquire() as conn:
-                    auth.set_revoked(await tokens.revocations(conn))
+                    core.auth.set_revoked(await tokens.revocations(conn))
             await tick(core, owner=owner)
             if time.monotonic() - last_gauges > GAUGE_INTERVAL_S:
                 if core.metrics is not None:

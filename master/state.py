@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import asyncpg
 import redis.asyncio as aioredis
@@ -18,6 +18,9 @@ from master.clock import Clock
 from master.metrics import MasterMetrics
 from master.queue.redis_queue import RedisQueue
 from master.settings import MasterSettings
+
+if TYPE_CHECKING:
+    from master.tokens import MasterTokenAuth
 
 
 @dataclass
@@ -32,6 +35,7 @@ class AppState:
     clock: Clock = field(default_factory=Clock)  # lease and heartbeat times
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set on SIGTERM / SIGINT
     supervised: Callable[[], list[SupervisedChild]] | None = None  # under `coda up`
+    auth: MasterTokenAuth | None = None  # the tokens, less the revoked ones (master.tokens)
 
 
 async def get_state(request: Request) -> AppState:
