@@ -285,9 +285,7 @@ class Worker:
             try:
                 await self.master.heartbeat(job)
             except ServiceError as exc:
-                if exc.status in (401, 403):  # our token was revoked: the master took it back
-                    self._refused(exc)
-                if lease_lost(exc) or self.refused is not None:
+                if lease_lost(exc):
                     lost.set()
                     work.cancel()
                     return
