@@ -100,6 +100,8 @@ def test_a_planner_killed_mid_episode_is_restarted_and_the_episode_completes(
                   gone=exited(up, "coda up"))
     assert ep["status"] == "completed" and ep["success"] is True, (ep, logs_now())
     assert restarts() == {"planner": 1, "executor": 0, "judge": 0, "worker": 0}
+    page = http.get("/").text  # the dashboard's table of what coda up supervises
+    assert "Supervised by coda up" in page and 'id="supervised"' in page
     up_log = (logs / "up.log").read_text()
     assert "stack.child_died" in up_log and "stack.child_restarted" in up_log
     # the attempt the kill broke is retried (attempt 2 when the worker's planner call came
