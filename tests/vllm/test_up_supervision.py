@@ -1,0 +1,109 @@
+"""The issue's exact case: ``coda up --vllm`` with an episode running, the planner's vLLM
+server killed (SIGKILL, as a crash). ``coda up`` restarts it on its port with backoff, the
+master's status counts the restart, and the episode completes on a retry with nobody's help
+(the tiny random model: completed, whatever its success). tests/coda_app/test_up_supervision.py
+does the same with the replay planner service."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from coda.procs import free_port, stop_process
+from coda.urls import to_plain_postgres_url
+from tests.fixtures.master import ROOT
+from tests.fixtures.waiting import exited, log_tails, wait_for
+from tests.vllm.conftest import require_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+TASK = {"id": "vllm-supervised", "app": "xterm", "step_budget": 6,
+        "instruction": "Open a terminal and list the files of the home folder."}
+WAIT_S = 900.0
+
+
+@pytest.fixture
+def coda_up_vllm(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
+                 tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, str, Path]]:
+    require_vllm()
+    home = tmp_path / "coda"
+    logs = home / "logs"
+    logs.mkdir(parents=True)
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": to_plain_postgres_url(fresh_database_url),
+           "REDIS_URL": fresh_redis_url, "CODA_REDIS_PREFIX": f"supv-{secrets.token_hex(4)}",
+           "CODA_LOG_FORMAT": "json"}
+    out = (logs / "up.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coda_app.cli", "up", "--home", str(home), "--port", str(port),
+         "--vllm", "--no-live", "--slots", "1"],
+        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: b"model services, worker up" in (logs / "up.log").read_bytes(),
+                 "coda up --vllm with its servers, services and worker", WAIT_S, interval=1.0,
+                 gone=exited(proc, "coda up"), logs=lambda: log_tails(logs.glob("*.log")))
+        token = json.loads((home / "secrets.json").read_text())["admin_token"]
+        yield proc, f"http://127.0.0.1:{port}", token, logs
+    finally:
+        stop_process(proc, timeout=180, sig=signal.SIGINT)
+        out.close()
+
+
+def _planner_vllm(up: subprocess.Popen[bytes]) -> psutil.Process:
+    """The planner's vLLM server: the child of ``coda up`` writing to vllm-planner.log."""
+    def writes_planner_log(p: psutil.Process) -> bool:
+        try:
+            return os.readlink(f"/proc/{p.pid}/fd/1").endswith("vllm-planner.log")
+        except OSError:
+            return False
+    [server] = [p for p in psutil.Process(up.pid).children() if writes_planner_log(p)]
+    return server
+
+
+def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_completes(
+        coda_up_vllm: tuple[subprocess.Popen[bytes], str, str, Path]) -> None:
+    up, url, token, logs = coda_up_vllm
+    http = httpx.Client(base_url=url, timeout=60, headers={"authorization": f"Bearer {token}"})
+
+    def logs_now() -> str:
+        return log_tails(logs.glob("*.log"), 3000)
+
+    created = http.post("/v1/batches", json={"name": "supervised-vllm", "tasks": [TASK],
+                                             "judge": "never", "max_attempts": 3}).json()
+    [episode_id] = created["episode_ids"]
+
+    def episode() -> dict[str, Any]:
+        return http.get(f"/v1/episodes/{episode_id}",
+                        params={"steps": "true"}).json()  # type: ignore[no-any-return]
+
+    wait_for(lambda: (e := episode())["status"] == "running" and e["steps"],
+             "the episode running, a step done", WAIT_S, interval=0.5, logs=logs_now,
+             gone=exited(up, "coda up"))
+    first = _planner_vllm(up)
+    first.send_signal(signal.SIGKILL)
+
+    def restarts() -> dict[str, int]:
+        return {c["name"]: c["restarts"] for c in http.get("/v1/status").json()["supervised"]}
+
+    wait_for(lambda: restarts().get("vllm-planner") == 1, "the planner's vLLM restarted",
+             WAIT_S, interval=1.0, logs=logs_now, gone=exited(up, "coda up"))
+    assert _planner_vllm(up).pid != first.pid
+    ep = wait_for(lambda: (e := episode())["status"] in ("completed", "failed") and e,
+                  "the episode finished", WAIT_S, interval=1.0, logs=logs_now,
+                  gone=exited(up, "coda up"))
+    assert ep["status"] == "completed", (ep, logs_now())
+    counted = restarts()
+    assert counted["vllm-planner"] == 1 and counted.get("worker") == 0, counted
+    assert all(n == 0 for name, n in counted.items() if name != "vllm-planner"), counted
+    up_log = (logs / "up.log").read_text()
+    assert "stack.child_died" in up_log and "stack.child_restarted" in up_log
