@@ -42,7 +42,9 @@ async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> Status
                         planner_version=await version_rows.current_name(pg),
                         judge_rates=await episode_rows.judge_rates(pg),
                         generated_at=core.clock.now(), batches=recent_batches, scores=scores,
-                        workers=await worker_rows.list_workers(pg, limit=100),
+                        workers=await worker_rows.list_workers(
+                            pg, limit=100, now=core.clock.now(),
+                            online_within_s=core.settings.lease_ttl_s),
                         queues=await queue_depths(core), recent_episodes=recent,
                         training=training_rows.summarize(curve), training_curve=curve,
                         coverage=core.coverage,

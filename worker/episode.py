@@ -86,7 +86,12 @@ class LeaseGone(RuntimeError):
     """The master no longer holds this job for us (expired, requeued, cancelled)."""
 
 
-def lease_lost(exc: ServiceError) -> bool:
+def lease_lost(exc: ServiceError, master_url: str | None = None) -> bool:
+    """The master's answer that it no longer holds the job for us. With ``master_url``, only an
+    answer of the master counts: a 404 of a model service (e.g. a planner adapter no longer
+    loaded) is that service's refusal, not a lost lease."""
+    if master_url is not None and not exc.url.startswith(master_url.rstrip("/") + "/"):
+        return False
     return exc.status in (404, 409, 410)
 
 

@@ -257,7 +257,7 @@ class Worker:
                                                  "the job finished", retry=True))
             raise
         except ServiceError as exc:
-            if lease_lost(exc):
+            if lease_lost(exc, self.settings.master_url):
                 log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value,
                             detail=str(exc))
             else:

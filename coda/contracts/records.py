@@ -231,6 +231,10 @@ class Worker(BaseModel):
     registered_at: datetime
     last_heartbeat: datetime | None = None
     busy_slots: int = Field(default=0, ge=0, description="slots running a job, last reported")
+    online: bool | None = Field(
+        default=None, description="status reads: its last heartbeat is at most the master's "
+        "lease TTL old (False: it stopped, drained or died; a worker that comes back registers "
+        "a new row under the same name)")
 
 
 class JudgedTrajectory(BaseModel):

@@ -47,10 +47,19 @@ async def exists(conn: Conn, worker_id: uuid.UUID) -> bool:
     return await conn.fetchval("select 1 from workers where id = $1", worker_id) is not None
 
 
-async def list_workers(conn: Conn, limit: int = 200) -> list[Worker]:
+async def list_workers(conn: Conn, limit: int = 200, *, now: datetime | None = None,
+                       online_within_s: float | None = None) -> list[Worker]:
+    """Most recently seen first; with ``now`` and ``online_within_s`` each says if it is online
+    (a heartbeat at most that old)."""
     rows = await conn.fetch(
         f"select {_COLS} from workers order by last_heartbeat desc nulls last limit $1", limit)
-    return [_worker(r) for r in rows]
+    found = [_worker(r) for r in rows]
+    if now is None or online_within_s is None:
+        return found
+    since = now - timedelta(seconds=online_within_s)
+    for w in found:
+        w.online = w.last_heartbeat is not None and w.last_heartbeat > since
+    return found
 
 
 async def alive(conn: Conn, *, now: datetime, within_s: float) -> int:

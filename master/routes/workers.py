@@ -38,5 +38,6 @@ async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: St
 
 @router.get("")
 async def list_workers(core: State, _: Reader) -> list[Worker]:
-    """Workers, most recently seen first."""
-    return await workers.list_workers(core.pg)
+    """Workers, most recently seen first; ``online``: a heartbeat within the lease TTL."""
+    return await workers.list_workers(core.pg, now=core.clock.now(),
+                                      online_within_s=core.settings.lease_ttl_s)

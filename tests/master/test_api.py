@@ -17,7 +17,12 @@ from coda.contracts.jobs import (
     JudgeJob,
     JudgeJobPayload,
 )
-from coda.contracts.master_api import GroupJobCreate, GroupLeaseRequest, JudgeJobCreate
+from coda.contracts.master_api import (
+    GroupJobCreate,
+    GroupLeaseRequest,
+    JudgeJobCreate,
+    WorkerRegister,
+)
 from coda.contracts.records import JobKind
 from coda.contracts.training import (
     Candidate,
@@ -160,6 +165,22 @@ async def test_status_page_json_and_metrics(master, admin, wclient, worker):
     assert "test-worker" in html and "8 / 8" in html
     metrics = httpx.get(f"{master.url}/metrics").text
     assert "http_requests_total" in metrics and "coda_jobs_leased_total" in metrics
+
+
+async def test_status_says_which_workers_are_online(master, admin, wclient, worker):
+    """A worker whose heartbeat is older than the lease TTL (2 s here) shows as gone in the
+    status JSON, /v1/workers and the dashboard; one that comes back registers a new row."""
+    st = await admin.status()
+    assert [(w.name, w.online) for w in st.workers] == [("test-worker", True)]
+    master.advance_clock(5)
+    st = await admin.status()
+    assert [(w.name, w.online) for w in st.workers] == [("test-worker", False)]
+    assert 'class="worker-state">gone' in httpx.get(f"{master.url}/").text
+    back = await wclient.register_worker(WorkerRegister(name="test-worker", slots=2))
+    listed = httpx.get(f"{master.url}/v1/workers").json()
+    assert [(w["id"], w["online"]) for w in listed][:1] == [(str(back.id), True)]
+    assert [w["online"] for w in listed] == [True, False]
+    assert 'class="worker-state">online' in httpx.get(f"{master.url}/").text
 
 
 async def test_judge_jobs_by_kind(master, admin, wclient, worker):

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from coda.actions import Hotkey
+from coda.clients.base import ServiceError
 from coda.contracts.history import ImageRef
 from coda.contracts.jobs import JudgeJobResult
 from coda.contracts.records import Episode, EpisodeStatus, Step, StepTimings
 from coda.contracts.training import Verdict, Vote
-from worker.episode import overhead_ms, started_timings
+from worker.episode import lease_lost, overhead_ms, started_timings
 from worker.followups import JobRefused, judge_steps, state_of
 from worker.history import attempt_steps, clip, history_of, storable
 from worker.providers.base import wait_quiet
@@ -223,3 +224,17 @@ async def test_a_cancel_while_the_step_report_lands_is_not_swallowed() -> None:
     with pytest.raises(asyncio.CancelledError):  # not swallowed, nor the attempt's error raised
         await task
     assert report.cancelled()  # the report it waited on goes with it: nothing more is sent
+
+
+def test_only_the_masters_404_is_a_lost_lease() -> None:
+    """A group job's planner answering 404 (an adapter no longer loaded) fails the job with
+    that error; it is not mistaken for the master taking the lease back (which left the job to
+    expire and retry until its attempts ran out)."""
+    master = "http://127.0.0.1:8000"
+    gone = ServiceError(409, "lease lost", f"{master}/v1/jobs/x/complete")
+    planner = ServiceError(404, "adapter 'grpo-000004' is not loaded",
+                           "http://127.0.0.1:8001/v1/plan")
+    assert lease_lost(gone, master) and lease_lost(gone, master + "/")
+    assert not lease_lost(planner, master)
+    assert not lease_lost(ServiceError(404, "x", "http://127.0.0.1:80001/v1/jobs"), master)
+    assert not lease_lost(ServiceError(500, "x", f"{master}/v1/jobs/x/complete"), master)
