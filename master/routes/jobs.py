@@ -16,6 +16,9 @@ from coda.contracts.master_api import (
     JobFail,
     JobHeartbeatResponse,
     JobState,
+    LeaseBeat,
+    LeaseHeartbeats,
+    LeaseHeartbeatsResponse,
     LeaseRequest,
     LeaseResponse,
     LeaseToken,
@@ -85,6 +88,21 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)
+
+
+@router.post("/heartbeat")
+async def heartbeat_leases(body: LeaseHeartbeats, core: State,
+                           _: WorkerAuth) -> LeaseHeartbeatsResponse:
+    """Extend every lease a worker holds in one call (one call per worker and heartbeat
+    period, not one per job): each lease is ``extended`` or ``lost`` (stop working on it),
+    in the order sent."""
+    leases = [(ref.job_id, ref.lease_token) for ref in body.leases]
+    beats = await jobs.heartbeat_many(core.pg, core.queue, core.clock, leases=leases,
+                                      ttl_s=core.settings.lease_ttl_s)
+    return LeaseHeartbeatsResponse(leases=[
+        LeaseBeat(job_id=job_id, outcome="extended", lease_expires_at=expires)
+        if expires is not None else LeaseBeat(job_id=job_id, outcome="lost", status=status)
+        for (job_id, _token), (expires, status) in zip(leases, beats, strict=True)])
 
 
 @router.post("/{job_id}/heartbeat", responses=error_responses(404, 409))
