@@ -1,8 +1,9 @@
 """``coda worker``: async slots that lease jobs from the master and run them.
 
 Each desktop slot leases ``episode`` jobs and runs them on its own desktop; each job slot leases
-``judge`` and ``group`` jobs (no desktop). A running job's lease is kept by heartbeats; a lease
-the master took back stops the job. On SIGTERM the worker stops leasing, lets running jobs
+``judge`` and ``group`` jobs (no desktop). A running job's lease is kept by heartbeats (one
+batched call for all of the worker's leases, :mod:`worker.leases`); a lease the master took
+back stops the job. On SIGTERM the worker stops leasing, lets running jobs
 finish for ``drain_grace_s`` and then gives the rest back to the master for requeue.
 """
 
@@ -31,6 +32,7 @@ from coda.logging import get_logger
 from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
 from worker.history import storable
+from worker.leases import LeaseKeeper
 from worker.providers.base import Provider
 from worker.settings import WorkerSettings
 from worker.tokens import secret_value
@@ -58,6 +60,7 @@ class Worker:
         self.worker_id: uuid.UUID | None = None
         self.stopping = asyncio.Event()
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self.leases = LeaseKeeper(self.master, s.heartbeat_interval_s)
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
 
@@ -75,17 +78,19 @@ class Worker:
                 slots += [asyncio.create_task(self._slot(kinds, None), name=f"job-slot-{n}")
                           for n in range(self.settings.job_slots)]
             beat = asyncio.create_task(self._worker_heartbeats(), name="worker-heartbeat")
+            keeper = asyncio.create_task(self.leases.run(), name="lease-heartbeats")
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
                      job_slots=self.settings.job_slots, provider=self.settings.provider,
                      kinds=[k.value for k in self.settings.kinds])
             await stop.wait()
             await self._drain(slots)
             beat.cancel()
+            keeper.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a
             # cancel of this task is still raised (and so is an error of the heartbeats)
-            [ended] = await asyncio.gather(beat, return_exceptions=True)
-            if isinstance(ended, Exception):
-                raise ended
+            for ended in await asyncio.gather(beat, keeper, return_exceptions=True):
+                if isinstance(ended, Exception):
+                    raise ended
         finally:
             await self.aclose()
 
@@ -203,8 +208,7 @@ class Worker:
         started = time.monotonic()
         work: asyncio.Task[JobResult] = asyncio.create_task(self._handler(job, slot)())
         self.running[job.id] = work
-        lost = asyncio.Event()
-        beat = asyncio.create_task(self._job_heartbeats(job, work, lost))
+        lost = self.leases.hold(job, work)  # one batched heartbeat keeps every lease
         try:
             try:
                 result = await work
@@ -239,7 +243,7 @@ class Worker:
             log.exception("job.crashed", job=str(job.id), kind=job.kind.value)
             await self._fail(job, f"worker_error: {type(exc).__name__}: {exc}", retry=True)
         finally:
-            beat.cancel()
+            self.leases.drop(job.id)
             self.running.pop(job.id, None)
 
     async def _fail(self, job: Job, error: str, *, retry: bool) -> None:
@@ -250,21 +254,6 @@ class Worker:
             await self.master.fail(job, error[:10_000], retry=retry)
         except (ServiceError, httpx.TransportError) as exc:  # the lease expiry will requeue it
             log.warning("job.fail_not_reported", job=str(job.id), error=str(exc))
-
-    async def _job_heartbeats(self, job: Job, work: asyncio.Task[Any],
-                              lost: asyncio.Event) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
-            try:
-                await self.master.heartbeat(job)
-            except ServiceError as exc:
-                if lease_lost(exc):
-                    lost.set()
-                    work.cancel()
-                    return
-                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
-            except httpx.TransportError as exc:
-                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
 
     async def _worker_heartbeats(self) -> None:
         while True:

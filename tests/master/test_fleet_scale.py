@@ -3,6 +3,7 @@ all of a worker's leases, several master processes sharing one queue."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -78,3 +79,29 @@ async def test_two_master_processes_share_the_queue_and_the_leases(master_factor
         await two.complete(job, EpisodeResult(success=True))
         [beat] = (await one.heartbeat_leases([job])).leases
         assert beat.outcome == "lost" and beat.status == "succeeded"
+
+
+async def test_the_worker_keeps_all_its_leases_with_one_call(master, admin, wclient, worker):
+    """The worker's lease keeping (:class:`worker.leases.LeaseKeeper`): one call per beat for
+    every lease it holds; a lease the master answers lost cancels that job's work only."""
+    from worker.leases import LeaseKeeper
+
+    await submit(admin, n_tasks=3)
+    jobs = await wclient.lease(worker.id, capacity=3)
+    keeper = LeaseKeeper(wclient, interval_s=3600, batch_max=2)
+    works = [asyncio.create_task(asyncio.Event().wait()) for _ in jobs]
+    lost = [keeper.hold(job, work) for job, work in zip(jobs, works, strict=True)]
+    before = _requests(master, "/v1/jobs/heartbeat")
+    assert await keeper.beat() == 0
+    assert _requests(master, "/v1/jobs/heartbeat") == before + 2  # 3 leases, 2 per call
+    await wclient.complete(jobs[1], EpisodeResult(success=True))  # the lease ends elsewhere
+    master.advance_clock(1.5)  # within the 2 s TTL the beat extended
+    assert await keeper.beat() == 1
+    assert lost[1].is_set() and not lost[0].is_set() and not lost[2].is_set()
+    await asyncio.gather(*works[1:2], return_exceptions=True)
+    assert works[1].cancelled() and not works[0].done() and not works[2].done()
+    master.advance_clock(1.5)  # past the first TTL: only the beats kept jobs 0 and 2
+    for n in (0, 2):
+        keeper.drop(jobs[n].id)
+        works[n].cancel()
+        await wclient.complete(jobs[n], EpisodeResult(success=True))
