@@ -34,6 +34,7 @@ from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
 from master.settings import MasterSettings
+from master.shedding import InFlight, LoadShedding, ShedMetrics
 from master.state import AppState
 
 log = get_logger("coda.master")
@@ -111,6 +112,11 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         app.include_router(router)
     if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
         app.include_router(admin.router)
+    if s.shed_max_in_flight:  # outermost: a refusal costs no routing, auth or body read
+        in_flight = InFlight(s.shed_max_in_flight)
+        app.add_middleware(LoadShedding, in_flight=in_flight, queue_wait_s=s.shed_queue_wait_s,
+                           retry_after_s=s.shed_retry_after_s,
+                           metrics=ShedMetrics(registry, in_flight))
     _errors(app)
     return app
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from coda.clients.base import ServiceError
+from coda.clients.base import ServiceError, after_hint
 from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
@@ -184,9 +184,13 @@ class Worker:
         try:
             jobs = lease.result()
         except (httpx.TransportError, ServiceError) as exc:
-            log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
+            # an overloaded master says how long to stay away (503 + Retry-After)
+            hint = exc.retry_after if isinstance(exc, ServiceError) else None
+            pause = max(2.0, after_hint(hint)) if hint is not None else 2.0
+            log.warning("worker.lease_failed", kind=kind.value, error=str(exc),
+                        retry_in_s=round(pause, 2))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), 2.0)
+                await asyncio.wait_for(self.stopping.wait(), pause)
             return None
         return jobs[0] if jobs else None
 

@@ -7,7 +7,7 @@ import contextlib
 import time
 import uuid
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, status
 
 from coda.contracts.master_api import (
     JobComplete,
@@ -30,6 +30,7 @@ from master.auth import Admin, Reader, WorkerAuth
 from master.repos import jobs as job_rows
 from master.repos import workers
 from master.repos.jobs import NewJob
+from master.shedding import idle
 from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -61,7 +62,8 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
 
 
 @router.post("/lease", responses=error_responses(404))
-async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
+async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
+                     request: Request) -> LeaseResponse:
     """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
     (a master that is stopping answers at once, with no job)."""
     if not await _registered(core, body.worker_id):
@@ -79,9 +81,11 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
             if core.metrics and not waiting:  # the gauge tests wait on instead of sleeping
                 core.metrics.lease_polls.inc()
                 waiting = True
+            # waiting costs nothing: the request gives its turn up meanwhile (shedding)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(core.stopping.wait(), timeout=min(
-                    s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+                async with idle(request.scope):
+                    await asyncio.wait_for(core.stopping.wait(), timeout=min(
+                        s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
     finally:
         if core.metrics and waiting:
             core.metrics.lease_polls.dec()
