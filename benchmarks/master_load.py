@@ -9,10 +9,17 @@ embedded Postgres/Redis (:func:`coda_app.embedded.embedded_services`). Enough ep
 that slots never starve. ``--procs`` load-generator processes each run an asyncio loop with one
 ``httpx.AsyncClient`` and their share of the slots. Workers (VM servers) register with
 ``--slots-per-worker`` slots each; every slot leases one episode (long-poll), reports a step
-every ``--step-s`` and heartbeats its lease every ``--heartbeat-s`` for ``--episode-s``, then
-completes it and leases again. Slot starts are spread over ``--ramp-s`` and first episodes get
+every ``--step-s`` for ``--episode-s``, then completes it and leases again; every simulated
+worker heartbeats all its slots' leases in one call every ``--heartbeat-s`` (as ``coda worker``
+does; ``--heartbeats per-job``: one call per lease). A 503 with ``Retry-After`` (the master
+shedding load) is counted apart (``shed``) and retried after that long plus jitter, as a worker
+does; the latencies are those of the admitted requests. Slot starts are spread over ``--ramp-s`` and first episodes get
 staggered lengths, so the request rate is smooth. Latencies, errors and utilisation are measured
 after the warm-up (``--warmup-s``, at least the ramp) for ``--duration`` seconds.
+
+The issue-25 runs (``--fleet-key`` puts their figures under ``master_scale`` of
+``benchmarks/results/fleet.json``; see docs/fleet.md): 10,000 slots at the paper's cadence
+(``--slots 10000 --step-s 10 --heartbeat-s 10 --episode-s 150``) and an overload run.
 
 This module starts the master and parses the command line; the load model, its HTTP clients
 and the harness that measures a run are in :mod:`benchmarks.loadgen`.
