@@ -13,9 +13,10 @@ every ``--step-s`` for ``--episode-s``, then completes it and leases again; ever
 worker heartbeats all its slots' leases in one call every ``--heartbeat-s`` (as ``coda worker``
 does; ``--heartbeats per-job``: one call per lease). A 503 with ``Retry-After`` (the master
 shedding load) is counted apart (``shed``) and retried after that long plus jitter, as a worker
-does; the latencies are those of the admitted requests. Slot starts are spread over ``--ramp-s`` and first episodes get
-staggered lengths, so the request rate is smooth. Latencies, errors and utilisation are measured
-after the warm-up (``--warmup-s``, at least the ramp) for ``--duration`` seconds.
+does; the latencies are those of the admitted requests. Slot starts are spread over
+``--ramp-s`` and first episodes get staggered lengths, so the request rate is smooth.
+Latencies, errors and utilisation are measured after the warm-up (``--warmup-s``, at least the
+ramp) for ``--duration`` seconds.
 
 The issue-25 runs (``--fleet-key`` puts their figures under ``master_scale`` of
 ``benchmarks/results/fleet.json``; see docs/fleet.md): 10,000 slots at the paper's cadence
