@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.loadgen.figures import ROUTES, overlap
 from benchmarks.loadgen.http import ClientError, HttpxHttp, RawHttp
+from coda.clients.base import after_hint
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Slots:
                 if measured:
                     self.tally.shed[route] += 1
                     self.tally.shed_latencies.append(ms)
-                await asyncio.sleep(float(hint) * (1.0 + random.uniform(0.0, 0.5)))
+                await asyncio.sleep(after_hint(float(hint), attempt + 1))  # as workers do
                 continue
             if status >= 300:
                 self._error(route, f"{status}: {payload[:200].decode(errors='replace')}")

@@ -25,11 +25,14 @@ MAX_RETRY_AFTER_S = 60.0
 RETRY_AFTER_JITTER = 0.5
 
 
-def after_hint(seconds: float) -> float:
-    """How long to wait when a server said ``Retry-After: seconds``: at least that, plus up
-    to ``RETRY_AFTER_JITTER`` of it more, so that the many clients one overloaded server
-    refused at once do not all come back at the same instant; at most ``MAX_RETRY_AFTER_S``."""
-    return min(seconds * (1.0 + random.uniform(0.0, RETRY_AFTER_JITTER)), MAX_RETRY_AFTER_S)
+def after_hint(seconds: float, refusals: int = 1) -> float:
+    """How long to wait when a server said ``Retry-After: seconds`` to the ``refusals``-th
+    try in a row: that long, doubled for every refusal before it (a server still overloaded
+    gets fewer retries, not a storm of them), plus up to ``RETRY_AFTER_JITTER`` of it more so
+    that the many clients one overloaded server refused at once do not all come back at the
+    same instant; at most ``MAX_RETRY_AFTER_S``."""
+    base = seconds * 2.0 ** min(max(refusals - 1, 0), 16)
+    return min(base * (1.0 + random.uniform(0.0, RETRY_AFTER_JITTER)), MAX_RETRY_AFTER_S)
 
 
 def retry_after(response: httpx.Response) -> float | None:
@@ -52,7 +55,9 @@ class _Wait:
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
         hinted = getattr(exc, "retry_after", None)
-        return after_hint(float(hinted)) if hinted is not None else float(self.backoff(state))
+        if hinted is not None:
+            return after_hint(float(hinted), state.attempt_number)
+        return float(self.backoff(state))
 
 
 def http_retry(attempts: int, transient: Callable[[BaseException], bool], *,

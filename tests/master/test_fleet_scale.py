@@ -222,3 +222,6 @@ def test_retry_after_is_honoured_with_bounded_jitter() -> None:
     assert all(2.0 <= w <= 2.0 * (1 + RETRY_AFTER_JITTER) for w in waits)
     assert len(set(waits)) > 1  # spread: refused clients do not all come back at once
     assert after_hint(10_000) == MAX_RETRY_AFTER_S
+    # refused again and again: each wait doubles (bounded), fewer retries, not a storm
+    assert all(8.0 <= after_hint(2.0, 3) <= 8.0 * (1 + RETRY_AFTER_JITTER) for _ in range(50))
+    assert after_hint(2.0, 40) == MAX_RETRY_AFTER_S
