@@ -68,6 +68,10 @@ class MasterSettings(BaseSettings):
     shed_queue_wait_s: float = Field(
         default=0.5, ge=0, le=60, description="how long a request past shed_max_in_flight "
         "waits for a turn before the 503")
+    shed_max_loop_lag_s: float = Field(
+        default=0.1, ge=0, le=60, description="while the process's event loop runs later than "
+        "this (requests wait behind its backlog before a handler sees them), no request waits "
+        "for a turn and only a quarter of shed_max_in_flight are served (0: not watched)")
     shed_retry_after_s: int = Field(
         default=1, ge=1, le=3600, description="the Retry-After of a refusal (seconds); "
         "workers wait this long plus jitter")

@@ -4,10 +4,12 @@ what it cannot serve in time, instead of queueing requests until their clients t
 A pure ASGI middleware, the outermost of the master's (a refusal costs no routing, no auth,
 no body read). At most ``shed_max_in_flight`` API requests (``/v1/...``) are served at once;
 one past it waits up to ``shed_queue_wait_s`` for a turn (first come, first served), then is
-refused: 503, ``Retry-After: shed_retry_after_s``. Health, readiness, metrics and the status
-pages are never refused. A request counts from its first byte to its answer (its upload
-included); a lease request long-polling for work gives its turn up while it waits
-(:func:`idle`), so idle workers do not fill the master.
+refused: 503, ``Retry-After: shed_retry_after_s``. While the event loop runs later than
+``shed_max_loop_lag_s`` (:class:`LoopLag`: requests already wait that long before a handler
+sees them) no request waits for a turn and only a quarter of the turns are given. Health,
+readiness, metrics and the status pages are never refused. A request counts from its first
+byte to its answer (its upload included); a lease request long-polling for work gives its
+turn up while it waits (:func:`idle`), so idle workers do not fill the master.
 """
 
 from __future__ import annotations
@@ -80,6 +82,25 @@ class InFlight:
         self.count += 1
 
 
+class LoopLag:
+    """How late this process's event loop runs what is due, measured every ``tick_s``: a
+    request arriving now waits about that long (behind the loop's backlog) before any handler
+    sees it, a wait the in-flight count cannot see. A late tick counts at once and fades over
+    a few ticks."""
+
+    def __init__(self, tick_s: float = 0.02) -> None:
+        self.tick_s = tick_s
+        self.now = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(self.tick_s)
+            late = max(0.0, loop.time() - start - self.tick_s)
+            self.now = max(late, self.now * 0.7)
+
+
 @contextlib.asynccontextmanager
 async def idle(scope: Scope) -> AsyncIterator[None]:
     """Give up this request's turn while it waits for something (a long-poll) and take it
@@ -113,9 +134,15 @@ class LoadShedding:
 
     def __init__(self, app: ASGIApp, *, in_flight: InFlight, queue_wait_s: float,
                  retry_after_s: int, metrics: ShedMetrics | None = None,
+                 lag: LoopLag | None = None, max_lag_s: float = 0.0,
                  prefix: str = "/v1/") -> None:
         self.app = app
         self.in_flight = in_flight
+        self.lag = lag
+        self.max_lag_s = max_lag_s
+        # while the loop lags, a quarter of the turns are given: a lone request (a test on a
+        # busy machine) is still served, a crowd is refused at once
+        self.lagging_limit = max(1, in_flight.limit // 4)
         self.queue_wait_s = queue_wait_s
         self.retry_after = str(max(1, retry_after_s))
         self.metrics = metrics
@@ -132,7 +159,10 @@ class LoadShedding:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
             await self.app(scope, receive, send)
             return
-        if not await self.in_flight.take(self.queue_wait_s):
+        lagging = (self.lag is not None and self.max_lag_s > 0
+                   and self.lag.now > self.max_lag_s)
+        if (lagging and self.in_flight.count >= self.lagging_limit) or \
+                not await self.in_flight.take(0.0 if lagging else self.queue_wait_s):
             await self._refuse(scope, receive, send)
             return
         scope[SCOPE_KEY] = self.in_flight
