@@ -6,7 +6,9 @@ no body read). At most ``shed_max_in_flight`` API requests (``/v1/...``) are ser
 one past it waits up to ``shed_queue_wait_s`` for a turn (first come, first served), then is
 refused: 503, ``Retry-After: shed_retry_after_s``. While the event loop runs later than
 ``shed_max_loop_lag_s`` (:class:`LoopLag`: requests already wait that long before a handler
-sees them) no request waits for a turn and only a quarter of the turns are given. Health,
+sees them) no request waits for a turn and only a quarter of the turns are given.
+Heartbeats, completions and failures (:data:`KEEPING`: refusing them would throw work away)
+pass first, up to twice ``shed_max_in_flight``. Health,
 readiness, metrics and the status pages are never refused. A request counts from its first
 byte to its answer (its upload included); a lease request long-polling for work gives its
 turn up while it waits (:func:`idle`), so idle workers do not fill the master.
@@ -31,6 +33,10 @@ SCOPE_KEY = "coda.in_flight"
 """Set in the ASGI scope of a request holding a turn: the :class:`InFlight` it holds."""
 
 
+KEEPING = ("/heartbeat", "/complete", "/fail")
+"""Paths that keep work already done: served first, up to twice the limit."""
+
+
 class InFlight:
     """How many requests a process serves now, at most ``limit``, with a first-come,
     first-served line of requests waiting for a turn."""
@@ -41,8 +47,12 @@ class InFlight:
         self.waiting = 0
         self._line: deque[asyncio.Future[bool]] = deque()
 
-    async def take(self, budget_s: float) -> bool:
-        """A turn, waiting at most ``budget_s`` for one; False when none came in time."""
+    async def take(self, budget_s: float, *, priority: bool = False) -> bool:
+        """A turn, waiting at most ``budget_s`` for one; False when none came in time. A
+        ``priority`` request passes the line while fewer than twice ``limit`` are served."""
+        if priority and self.count < 2 * self.limit:
+            self.count += 1
+            return True
         if self.count < self.limit and not self.waiting:
             self.count += 1
             return True
@@ -159,10 +169,14 @@ class LoadShedding:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
             await self.app(scope, receive, send)
             return
-        lagging = (self.lag is not None and self.max_lag_s > 0
+        # what keeps work already done (a lease's heartbeat, an episode's completion) goes
+        # first: refusing it would throw an episode away; new work (a lease) waits
+        keeps = scope["path"].endswith(KEEPING)
+        lagging = (not keeps and self.lag is not None and self.max_lag_s > 0
                    and self.lag.now > self.max_lag_s)
         if (lagging and self.in_flight.count >= self.lagging_limit) or \
-                not await self.in_flight.take(0.0 if lagging else self.queue_wait_s):
+                not await self.in_flight.take(0.0 if lagging else self.queue_wait_s,
+                                              priority=keeps):
             await self._refuse(scope, receive, send)
             return
         scope[SCOPE_KEY] = self.in_flight
