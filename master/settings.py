@@ -61,12 +61,12 @@ class MasterSettings(BaseSettings):
     db_pool_size: int = Field(default=20, ge=2, description="asyncpg pool per process")
     redis_max_connections: int = Field(default=200, ge=1)
     shed_max_in_flight: int = Field(
-        default=64, ge=0, le=100_000, description="API requests (/v1/...) one master process "
+        default=32, ge=0, le=100_000, description="API requests (/v1/...) one master process "
         "serves at once; past it a request waits up to shed_queue_wait_s for a turn, then is "
         "refused with 503 and Retry-After (0: no limit). Health, metrics and the status pages "
         "are never refused")
     shed_queue_wait_s: float = Field(
-        default=0.5, ge=0, le=60, description="how long a request past shed_max_in_flight "
+        default=0.1, ge=0, le=60, description="how long a request past shed_max_in_flight "
         "waits for a turn before the 503")
     shed_max_loop_lag_s: float = Field(
         default=0.1, ge=0, le=60, description="while the process's event loop runs later than "

@@ -7,8 +7,8 @@ one past it waits up to ``shed_queue_wait_s`` for a turn (first come, first serv
 refused: 503, ``Retry-After: shed_retry_after_s``. While the event loop runs later than
 ``shed_max_loop_lag_s`` (:class:`LoopLag`: requests already wait that long before a handler
 sees them) no request waits for a turn and only a quarter of the turns are given.
-Heartbeats, completions and failures (:data:`KEEPING`: refusing them would throw work away)
-pass first, up to twice ``shed_max_in_flight``. Health,
+Heartbeats, completions and failures (:data:`KEEPING`: refusing them would throw work away;
+there are few of them, one heartbeat call per worker and period) are never refused. Health,
 readiness, metrics and the status pages are never refused. A request counts from its first
 byte to its answer (its upload included); a lease request long-polling for work gives its
 turn up while it waits (:func:`idle`), so idle workers do not fill the master.
@@ -34,7 +34,7 @@ SCOPE_KEY = "coda.in_flight"
 
 
 KEEPING = ("/heartbeat", "/complete", "/fail")
-"""Paths that keep work already done: served first, up to twice the limit."""
+"""Paths that keep work already done: never refused (they count as in flight)."""
 
 
 class InFlight:
@@ -49,8 +49,8 @@ class InFlight:
 
     async def take(self, budget_s: float, *, priority: bool = False) -> bool:
         """A turn, waiting at most ``budget_s`` for one; False when none came in time. A
-        ``priority`` request passes the line while fewer than twice ``limit`` are served."""
-        if priority and self.count < 2 * self.limit:
+        ``priority`` request always gets one at once (it counts, and is never refused)."""
+        if priority:
             self.count += 1
             return True
         if self.count < self.limit and not self.waiting:
@@ -169,8 +169,8 @@ class LoadShedding:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
             await self.app(scope, receive, send)
             return
-        # what keeps work already done (a lease's heartbeat, an episode's completion) goes
-        # first: refusing it would throw an episode away; new work (a lease) waits
+        # what keeps work already done (a lease's heartbeat, an episode's completion) is
+        # never refused: refusing it would throw an episode away; new work is refused first
         keeps = scope["path"].endswith(KEEPING)
         lagging = (not keeps and self.lag is not None and self.max_lag_s > 0
                    and self.lag.now > self.max_lag_s)
