@@ -4,14 +4,15 @@ what it cannot serve in time, instead of queueing requests until their clients t
 A pure ASGI middleware, the outermost of the master's (a refusal costs no routing, no auth,
 no body read). At most ``shed_max_in_flight`` API requests (``/v1/...``) are served at once;
 one past it waits up to ``shed_queue_wait_s`` for a turn (first come, first served), then is
-refused: 503, ``Retry-After: shed_retry_after_s``. While the event loop runs later than
-``shed_max_loop_lag_s`` (:class:`LoopLag`: requests already wait that long before a handler
-sees them) no request waits for a turn and only a quarter of the turns are given.
-Heartbeats, completions and failures (:data:`KEEPING`: refusing them would throw work away;
-there are few of them, one heartbeat call per worker and period) are never refused. Health,
-readiness, metrics and the status pages are never refused. A request counts from its first
-byte to its answer (its upload included); a lease request long-polling for work gives its
-turn up while it waits (:func:`idle`), so idle workers do not fill the master.
+refused: 503, ``Retry-After: shed_retry_after_s`` (twice the loop's lag when that is longer).
+While the event loop runs later than ``shed_max_loop_lag_s`` (:class:`LoopLag`: requests
+already wait that long before a handler sees them) no request waits for a turn and only a
+quarter of the turns are given. Heartbeats, completions and failures (:data:`KEEPING`:
+refusing them would throw work away; there are few of them, one heartbeat call per worker
+and period) are never refused. Health, readiness, metrics and the status pages are never
+refused. A request counts from its first byte to its answer (its upload included); a lease
+request long-polling for work gives its turn up while it waits (:func:`idle`), so idle
+workers do not fill the master.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -154,16 +156,25 @@ class LoadShedding:
         # busy machine) is still served, a crowd is refused at once
         self.lagging_limit = max(1, in_flight.limit // 4)
         self.queue_wait_s = queue_wait_s
-        self.retry_after = str(max(1, retry_after_s))
+        self.retry_after_s = max(1, retry_after_s)
         self.metrics = metrics
         self.prefix = prefix
         self._shed_since_log = 0
-        # one refusal, encoded once: refusing must cost as little as possible
-        self._body = json.dumps({"detail": f"master overloaded: retry after {self.retry_after} "
-                                           "s"}).encode()
-        self._headers = [(b"content-type", b"application/json"),
-                         (b"content-length", str(len(self._body)).encode()),
-                         (b"retry-after", self.retry_after.encode())]
+        # refusals encoded once per Retry-After: refusing must cost as little as possible
+        self._answers: dict[int, tuple[list[tuple[bytes, bytes]], bytes]] = {}
+
+    def answer(self) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The refusal's headers and body (each encoded once): ``Retry-After`` is the setting,
+        or twice the loop's lag when that is longer (a backlog of seconds asks its clients to
+        stay away longer), at most 60 s."""
+        lag = self.lag.now if self.lag is not None else 0.0
+        seconds = min(60, max(self.retry_after_s, math.ceil(2 * lag)))
+        if seconds not in self._answers:
+            body = json.dumps({"detail": f"master overloaded: retry after {seconds} s"}).encode()
+            self._answers[seconds] = ([(b"content-type", b"application/json"),
+                                       (b"content-length", str(len(body)).encode()),
+                                       (b"retry-after", str(seconds).encode())], body)
+        return self._answers[seconds]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
@@ -193,5 +204,6 @@ class LoadShedding:
                         waiting=self.in_flight.waiting, refused_before=self._shed_since_log,
                         path=scope.get("path"))
         self._shed_since_log += 1
-        await send({"type": "http.response.start", "status": 503, "headers": self._headers})
-        await send({"type": "http.response.body", "body": self._body})
+        headers, body = self.answer()
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
