@@ -9,10 +9,18 @@ embedded Postgres/Redis (:func:`coda_app.embedded.embedded_services`). Enough ep
 that slots never starve. ``--procs`` load-generator processes each run an asyncio loop with one
 ``httpx.AsyncClient`` and their share of the slots. Workers (VM servers) register with
 ``--slots-per-worker`` slots each; every slot leases one episode (long-poll), reports a step
-every ``--step-s`` and heartbeats its lease every ``--heartbeat-s`` for ``--episode-s``, then
-completes it and leases again. Slot starts are spread over ``--ramp-s`` and first episodes get
-staggered lengths, so the request rate is smooth. Latencies, errors and utilisation are measured
-after the warm-up (``--warmup-s``, at least the ramp) for ``--duration`` seconds.
+every ``--step-s`` for ``--episode-s``, then completes it and leases again; every simulated
+worker heartbeats all its slots' leases in one call every ``--heartbeat-s`` (as ``coda worker``
+does; ``--heartbeats per-job``: one call per lease). A 503 with ``Retry-After`` (the master
+shedding load) is counted apart (``shed``) and retried after that long plus jitter, as a worker
+does; the latencies are those of the admitted requests. Slot starts are spread over
+``--ramp-s`` and first episodes get staggered lengths, so the request rate is smooth.
+Latencies, errors and utilisation are measured after the warm-up (``--warmup-s``, at least the
+ramp) for ``--duration`` seconds.
+
+The issue-25 runs (``--fleet-key`` puts their figures under ``master_scale`` of
+``benchmarks/results/fleet.json``; see docs/fleet.md): 10,000 slots at the paper's cadence
+(``--slots 10000 --step-s 10 --heartbeat-s 10 --episode-s 150``) and an overload run.
 
 This module starts the master and parses the command line; the load model, its HTTP clients
 and the harness that measures a run are in :mod:`benchmarks.loadgen`.
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import subprocess
@@ -34,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import machine, write_result, write_result_key
 from benchmarks.loadgen.harness import cancel_batches, drive, submit_episodes
 from coda.logging import configure_logging, get_logger
 from coda.procs import free_port, start_ready, stop_process
@@ -109,7 +118,7 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
                    "CODA_ADMIN_TOKEN": master.admin_token,
                    "CODA_WORKER_TOKENS": master.worker_token,
                    "CODA_ARTIFACTS_URL": str(work / "artifacts"), "CODA_LOG_LEVEL": "WARNING",
-                   "CODA_LEASE_TTL_S": str(args.lease_ttl_s)}
+                   "CODA_LEASE_TTL_S": str(args.lease_ttl_s), **master_settings(args)}
             cmd = [sys.executable, "-m", "uvicorn", "master.app:create_app", "--factory",
                    "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers),
                    "--log-level", "warning", "--no-access-log", "--backlog", "4096",
@@ -124,6 +133,53 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
                 _delete_prefix(urls.redis_url, prefix)
 
 
+
+
+def master_settings(args: argparse.Namespace) -> dict[str, str]:
+    """``--master-env KEY=VALUE`` options: settings of the started master."""
+    out = {}
+    for item in args.master_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("CODA_"):
+            raise SystemExit(f"--master-env {item!r}: expected CODA_SETTING=value")
+        out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------- fleet.json
+
+FLEET_KEY = "master_scale"
+
+
+def fleet_figures(doc: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one run as ``fleet.json`` keeps them (the full document is ``--out``)."""
+    cfg = doc["config"]
+    return {
+        "slots": doc["slots"], "master_processes": doc["master_workers"],
+        "cadence": {k: cfg[k] for k in ("step_s", "heartbeat_s", "episode_s",
+                                        "slots_per_worker", "heartbeats")},
+        "master_settings": cfg["master_env"], "duration_s": doc["duration_s"],
+        "requests_per_s": doc["requests_per_s"], "p50_ms": doc["p50_ms"],
+        "p90_ms": doc["p90_ms"], "p99_ms": doc["p99_ms"], "max_ms": doc["max_ms"],
+        "errors": doc["errors"], "shed": doc["shed"], "shed_per_s": doc["shed_per_s"],
+        "shed_p99_ms": doc["shed_p99_ms"], "utilization": doc["utilization"],
+        "jobs_completed": doc["jobs_completed"], "lost_leases": doc["lost_leases"],
+        "heartbeat_calls_per_s": sum(doc["routes"][r]["requests_per_s"] for r in (
+            "POST /v1/jobs/heartbeat", "POST /v1/jobs/{job_id}/heartbeat")),
+        "cores_used": doc.get("cpu", {}).get("cores_used"), "machine": doc["machine"],
+        "out": cfg["out"],
+    }
+
+
+def write_fleet(path: Path, name: str, doc: dict[str, Any]) -> None:
+    """Put this run's figures under ``master_scale.<name>`` of the shared ``fleet.json``."""
+    current: dict[str, Any] = {}
+    if path.exists():
+        with contextlib.suppress(ValueError):
+            loaded = json.loads(path.read_text()).get(FLEET_KEY)
+            current = loaded if isinstance(loaded, dict) else {}
+    current[name] = fleet_figures(doc)
+    write_result_key(path, FLEET_KEY, dict(sorted(current.items())))
 
 
 # ------------------------------------------------------------------------------------ main
@@ -153,6 +209,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep the started master's output here (default: a temporary file)")
     p.add_argument("--lease-ttl-s", type=float, default=60.0, help="master lease TTL")
     p.add_argument("--timeout-s", type=float, default=30.0, help="client request timeout")
+    p.add_argument("--heartbeats", choices=("batched", "per-job"), default="batched",
+                   help="batched: one POST /v1/jobs/heartbeat per simulated worker for all its "
+                        "leases (as coda worker does); per-job: one call per lease")
+    p.add_argument("--master-env", action="append", default=[], metavar="CODA_X=VALUE",
+                   help="a setting of the started master (repeatable), e.g. "
+                        "CODA_SHED_MAX_IN_FLIGHT=0 to turn load shedding off")
+    p.add_argument("--fleet-key", default=None,
+                   help="also write this run's figures under master_scale.<NAME> of --fleet")
+    p.add_argument("--fleet", type=Path, default=ROOT / "benchmarks/results/fleet.json")
     p.add_argument("--client", choices=("raw", "httpx"), default="raw",
                    help="raw: one keep-alive HTTP/1.1 connection per slot on asyncio streams; "
                         "httpx: one httpx.AsyncClient per slot (more client CPU)")
@@ -160,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    before = os.getloadavg()
     ramp = args.ramp_s if args.ramp_s is not None else min(10.0, args.episode_s)
     warmup = args.warmup_s if args.warmup_s is not None else ramp + 5.0
     with tempfile.TemporaryDirectory(prefix="coda-bench-") as tmp:
@@ -183,8 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 cancel_batches(master, batch_ids)
     doc["config"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                     if k not in ("admin_token", "worker_token")}
-    doc["config"].update(ramp_s=ramp, warmup_s=warmup, episodes_submitted=need)
+                     if k not in ("admin_token", "worker_token", "master_env")}
+    doc["config"].update(ramp_s=ramp, warmup_s=warmup, episodes_submitted=need,
+                         master_env=master_settings(args))
+    doc["machine"] = machine(before)
     return doc
 
 
@@ -193,11 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.url and not args.worker_token and not os.environ.get("CODA_WORKER_TOKENS"):
         raise SystemExit("--url needs --worker-token (or CODA_WORKER_TOKENS) and --admin-token")
+    master_settings(args)  # refuse a malformed --master-env before starting anything
     doc = run(args)
     write_result(args.out, doc)
+    if args.fleet_key:
+        write_fleet(args.fleet, args.fleet_key, doc)
     log.info("bench.load_done", out=str(args.out), slots=doc["slots"],
              requests_per_s=doc["requests_per_s"], p50_ms=doc["p50_ms"], p99_ms=doc["p99_ms"],
-             errors=doc["errors"], utilization=doc["utilization"])
+             errors=doc["errors"], shed=doc["shed"], utilization=doc["utilization"])
     return 0
 
 

@@ -44,6 +44,7 @@ from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
 from master.settings import MasterSettings
+from master.shedding import InFlight, LoadShedding, LoopLag, ShedMetrics
 from master.state import AppState
 
 log = get_logger("coda.master")
@@ -69,6 +70,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
     s.check_secrets()
     coverage = read_coverage(s.coverage_file)
     holder: dict[str, AppState] = {}
+    lag = LoopLag()  # how late the event loop runs: load shedding reads it
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -96,6 +98,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
         restore_signals = shutdown.set_on_signals(core.stopping)
         stop = asyncio.Event()
         loop = asyncio.create_task(maintenance.run(core, stop))
+        watch = asyncio.create_task(lag.run()) if s.shed_max_in_flight else None
         log.info("master.ready", redis_prefix=s.redis_prefix, artifacts=s.artifacts_url,
                  database=redact_url(s.database_url), test_clock=s.test_clock)
         try:
@@ -105,6 +108,9 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
             restore_signals()
             stop.set()
             await loop
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
             await redis.aclose()
             await pg.close()
 
@@ -128,6 +134,12 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
         app.include_router(router)
     if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
         app.include_router(admin.router)
+    if s.shed_max_in_flight:  # outermost: a refusal costs no routing, auth or body read
+        in_flight = InFlight(s.shed_max_in_flight)
+        app.add_middleware(LoadShedding, in_flight=in_flight, queue_wait_s=s.shed_queue_wait_s,
+                           retry_after_s=s.shed_retry_after_s,
+                           metrics=ShedMetrics(registry, in_flight), lag=lag,
+                           max_lag_s=s.shed_max_loop_lag_s)
     _errors(app)
     return app
 

@@ -123,6 +123,35 @@ async def heartbeat(
     raise LeaseLost(job_id, row["status"])
 
 
+async def heartbeat_many(
+    pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *, leases: list[tuple[uuid.UUID, str]],
+    ttl_s: float,
+) -> list[tuple[datetime | None, str | None]]:
+    """Extend many leases in one Redis round trip (a worker's batched heartbeat). For each
+    lease, in order: ``(expires, None)`` when extended, ``(None, status)`` when lost (the
+    job's status, None when there is no such job). Postgres is asked only about the leases
+    Redis did not extend: it vouches for them before a rebuild after Redis data loss."""
+    expires = clock.after(ttl_s)
+    held = await queue.heartbeat_many([(str(j), t) for j, t in leases], ms(expires))
+    out: list[tuple[datetime | None, str | None]] = [
+        (expires, None) if ok else (None, None) for ok in held]
+    missed = [n for n, ok in enumerate(held) if not ok]
+    if missed:
+        rows = await job_rows.leases_of(pg, list({leases[n][0] for n in missed}))
+        built = await queue.is_built()
+        for n in missed:
+            job_id, token = leases[n]
+            row = rows.get(job_id)
+            if row is None:
+                continue
+            if (not built and row["status"] == JobStatus.LEASED
+                    and row["lease_token"] == token):
+                out[n] = (expires, None)
+            else:
+                out[n] = (None, row["status"])
+    return out
+
+
 async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: Step) -> None:
     """Store a step of the episode this job runs (idempotent per attempt and index)."""
     if await step_rows.insert_for_lease(pg, job_id, token, step):

@@ -60,6 +60,21 @@ class MasterSettings(BaseSettings):
     long_poll_step_s: float = Field(default=0.25, gt=0)
     db_pool_size: int = Field(default=20, ge=2, description="asyncpg pool per process")
     redis_max_connections: int = Field(default=200, ge=1)
+    shed_max_in_flight: int = Field(
+        default=32, ge=0, le=100_000, description="API requests (/v1/...) one master process "
+        "serves at once; past it a request waits up to shed_queue_wait_s for a turn, then is "
+        "refused with 503 and Retry-After (0: no limit). Health, metrics and the status pages "
+        "are never refused")
+    shed_queue_wait_s: float = Field(
+        default=0.1, ge=0, le=60, description="how long a request past shed_max_in_flight "
+        "waits for a turn before the 503")
+    shed_max_loop_lag_s: float = Field(
+        default=0.1, ge=0, le=60, description="while the process's event loop runs later than "
+        "this (requests wait behind its backlog before a handler sees them), no request waits "
+        "for a turn and only a quarter of shed_max_in_flight are served (0: not watched)")
+    shed_retry_after_s: int = Field(
+        default=1, ge=1, le=3600, description="the Retry-After of a refusal (seconds); "
+        "workers wait this long plus jitter")
     gc_thresholds: tuple[int, int, int] = Field(
         default=(20_000, 20, 50), description="gc.set_threshold after start-up")
     group_staleness_versions: int = Field(

@@ -1,8 +1,9 @@
 """``coda worker``: async slots that lease jobs from the master and run them.
 
 Each desktop slot leases ``episode`` jobs and runs them on its own desktop; each job slot leases
-``judge`` and ``group`` jobs (no desktop). A running job's lease is kept by heartbeats; a lease
-the master took back stops the job. On SIGTERM the worker stops leasing, lets running jobs
+``judge`` and ``group`` jobs (no desktop). A running job's lease is kept by heartbeats (one
+batched call for all of the worker's leases, :mod:`worker.leases`); a lease the master took
+back stops the job. On SIGTERM the worker stops leasing, lets running jobs
 finish for ``drain_grace_s`` and then gives the rest back to the master for requeue.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from coda.clients.base import ServiceError
+from coda.clients.base import ServiceError, after_hint
 from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
@@ -31,6 +32,7 @@ from coda.logging import get_logger
 from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
 from worker.history import storable
+from worker.leases import LeaseKeeper
 from worker.providers.base import Provider
 from worker.settings import WorkerSettings
 from worker.tokens import secret_value
@@ -64,6 +66,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self.refused: str | None = None  # the master refused our token (401/403): why
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self.leases = LeaseKeeper(self.master, s.heartbeat_interval_s)
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
 
@@ -81,6 +84,7 @@ class Worker:
                 slots += [asyncio.create_task(self._slot(kinds, None), name=f"job-slot-{n}")
                           for n in range(self.settings.job_slots)]
             beat = asyncio.create_task(self._worker_heartbeats(), name="worker-heartbeat")
+            keeper = asyncio.create_task(self.leases.run(), name="lease-heartbeats")
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
                      job_slots=self.settings.job_slots, provider=self.settings.provider,
                      kinds=[k.value for k in self.settings.kinds])
@@ -90,11 +94,12 @@ class Worker:
                 task.cancel()
             await self._drain(slots)
             beat.cancel()
+            keeper.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a
             # cancel of this task is still raised (and so is an error of the heartbeats)
-            [ended] = await asyncio.gather(beat, return_exceptions=True)
-            if isinstance(ended, Exception):
-                raise ended
+            for ended in await asyncio.gather(beat, keeper, return_exceptions=True):
+                if isinstance(ended, Exception):
+                    raise ended
         finally:
             await self.aclose()
         if self.refused is not None:  # the master refused our token: say so by the exit
@@ -196,9 +201,13 @@ class Worker:
             if isinstance(exc, ServiceError) and exc.status in (401, 403):
                 self._refused(exc)  # our token was revoked: lease no more
                 return None
-            log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
+            # an overloaded master says how long to stay away (503 + Retry-After)
+            hint = exc.retry_after if isinstance(exc, ServiceError) else None
+            pause = max(2.0, after_hint(hint)) if hint is not None else 2.0
+            log.warning("worker.lease_failed", kind=kind.value, error=str(exc),
+                        retry_in_s=round(pause, 2))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), 2.0)
+                await asyncio.wait_for(self.stopping.wait(), pause)
             return None
         return jobs[0] if jobs else None
 
@@ -230,8 +239,7 @@ class Worker:
         started = time.monotonic()
         work: asyncio.Task[JobResult] = asyncio.create_task(self._handler(job, slot)())
         self.running[job.id] = work
-        lost = asyncio.Event()
-        beat = asyncio.create_task(self._job_heartbeats(job, work, lost))
+        lost = self.leases.hold(job, work)  # one batched heartbeat keeps every lease
         try:
             try:
                 result = await work
@@ -266,7 +274,7 @@ class Worker:
             log.exception("job.crashed", job=str(job.id), kind=job.kind.value)
             await self._fail(job, f"worker_error: {type(exc).__name__}: {exc}", retry=True)
         finally:
-            beat.cancel()
+            self.leases.drop(job.id)
             self.running.pop(job.id, None)
 
     async def _fail(self, job: Job, error: str, *, retry: bool) -> None:
@@ -277,21 +285,6 @@ class Worker:
             await self.master.fail(job, error[:10_000], retry=retry)
         except (ServiceError, httpx.TransportError) as exc:  # the lease expiry will requeue it
             log.warning("job.fail_not_reported", job=str(job.id), error=str(exc))
-
-    async def _job_heartbeats(self, job: Job, work: asyncio.Task[Any],
-                              lost: asyncio.Event) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
-            try:
-                await self.master.heartbeat(job)
-            except ServiceError as exc:
-                if lease_lost(exc):
-                    lost.set()
-                    work.cancel()
-                    return
-                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
-            except httpx.TransportError as exc:
-                log.warning("job.heartbeat_failed", job=str(job.id), error=str(exc))
 
     async def _worker_heartbeats(self) -> None:
         while True:

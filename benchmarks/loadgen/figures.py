@@ -6,10 +6,11 @@ from typing import Any
 
 from benchmarks.common import percentile, rounded
 
-ROUTES = ("register", "lease", "heartbeat", "step", "complete")
+ROUTES = ("register", "lease", "heartbeats", "heartbeat", "step", "complete")
 ROUTE_PATHS = {
     "register": "POST /v1/workers",
     "lease": "POST /v1/jobs/lease",
+    "heartbeats": "POST /v1/jobs/heartbeat",
     "heartbeat": "POST /v1/jobs/{job_id}/heartbeat",
     "step": "POST /v1/jobs/{job_id}/steps",
     "complete": "POST /v1/jobs/{job_id}/complete",

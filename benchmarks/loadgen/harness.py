@@ -137,11 +137,15 @@ class Aggregate:
     jobs_completed: int = 0
     lost_leases: int = 0
     crashes: list[str] = field(default_factory=list)
+    shed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    shed_latencies: list[float] = field(default_factory=list)
 
     def add(self, msg: dict[str, Any]) -> None:
         for r in ROUTES:
             self.latencies[r].extend(msg["latencies"][r])
             self.errors[r] += msg["errors"][r]
+            self.shed[r] += msg["shed"][r]
+        self.shed_latencies.extend(msg["shed_latencies"])
         self.error_samples.extend(msg["error_samples"][: max(0, 10 - len(self.error_samples))])
         self.held_s += msg["held_s"]
         self.slot_s += msg["slot_s"]
@@ -172,8 +176,14 @@ def summarize(agg: Aggregate, *, slots: int, duration_s: float,
         "jobs_completed": agg.jobs_completed,
         "lost_leases": agg.lost_leases,
         "load_process_crashes": agg.crashes,
-        "routes": {ROUTE_PATHS[r]: route_figures(agg.latencies[r], agg.errors[r], duration_s)
+        "routes": {ROUTE_PATHS[r]: {**route_figures(agg.latencies[r], agg.errors[r],
+                                                    duration_s), "shed": agg.shed[r]}
                    for r in ROUTES},
+        # 503 + Retry-After answers (the master shedding load), each retried after its hint:
+        # not errors, and not in the latencies above (those are of admitted requests)
+        "shed": sum(agg.shed.values()),
+        "shed_per_s": round(sum(agg.shed.values()) / duration_s, 2) if duration_s else 0.0,
+        "shed_p99_ms": rounded(percentile(agg.shed_latencies, 99)),
         **extra,
     }
 
@@ -182,17 +192,20 @@ def drive(args: argparse.Namespace, master: Master, *, ramp: float,
           warmup: float) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs_n = max(1, min(args.procs, args.slots))
+    servers = -(-args.slots // max(1, args.slots_per_worker))
+    procs_n = max(1, min(args.procs, servers))
     t0 = time.time() + 3.0 + 0.5 * procs_n  # spawned interpreters import first
     window = (t0 + warmup, t0 + warmup + args.duration)
     procs = []
-    for i in range(procs_n):
+    spw = max(1, args.slots_per_worker)
+    for i in range(procs_n):  # a VM server's slots in one process (its batched heartbeats)
+        mine = [s for s in range(args.slots) if (s // spw) % procs_n == i]
         cfg = LoadConfig(url=master.url, worker_token=master.worker_token,
-                         slots=list(range(i, args.slots, procs_n)), total_slots=args.slots,
+                         slots=mine, total_slots=args.slots,
                          t0=t0, ramp_s=ramp, window=window, episode_s=args.episode_s,
                          step_s=args.step_s, heartbeat_s=args.heartbeat_s, wait_s=args.wait_s,
                          slots_per_worker=args.slots_per_worker, timeout_s=args.timeout_s,
-                         client=args.client)
+                         client=args.client, batched_heartbeats=args.heartbeats == "batched")
         p = ctx.Process(target=load_process, args=(cfg, out), daemon=True)
         p.start()
         procs.append(p)
@@ -238,4 +251,4 @@ def _progress(agg: Aggregate, now: float, t0: float, window: tuple[float, float]
     log.info("bench.load_progress", phase=phase, elapsed_s=round(now - t0, 1),
              measured_requests=len(every), p50_ms=rounded(percentile(every, 50)),
              p99_ms=rounded(percentile(every, 99)), errors=sum(agg.errors.values()),
-             jobs_completed=agg.jobs_completed)
+             shed=sum(agg.shed.values()), jobs_completed=agg.jobs_completed)

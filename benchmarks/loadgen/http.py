@@ -28,7 +28,8 @@ class RawHttp:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str | None]:
+        """Status, body and the ``Retry-After`` header (None without one)."""
         data = json.dumps(body).encode()
         request = b"".join((f"POST {path} HTTP/1.1\r\n".encode(), self.head,
                             f"Content-Length: {len(data)}\r\n\r\n".encode(), data))
@@ -38,7 +39,7 @@ class RawHttp:
             await self.aclose()
             raise ClientError(f"{type(exc).__name__}: {exc}") from exc
 
-    async def _exchange(self, request: bytes) -> tuple[int, bytes]:
+    async def _exchange(self, request: bytes) -> tuple[int, bytes, str | None]:
         if self.writer is None or self.writer.is_closing() or (
                 self.reader is not None and self.reader.at_eof()):
             await self.aclose()
@@ -57,7 +58,7 @@ class RawHttp:
             payload = b""
         if headers.get("connection") == "close":
             await self.aclose()
-        return status, payload
+        return status, payload, headers.get("retry-after")
 
     async def _chunked(self) -> bytes:
         assert self.reader is not None
@@ -85,12 +86,12 @@ class HttpxHttp:
         self.client = httpx.AsyncClient(base_url=url, timeout=timeout_s,
                                         headers={"Authorization": f"Bearer {token}"})
 
-    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str | None]:
         try:
             resp = await self.client.post(path, json=body)
         except httpx.HTTPError as exc:
             raise ClientError(f"{type(exc).__name__}: {exc}") from exc
-        return resp.status_code, resp.content
+        return resp.status_code, resp.content, resp.headers.get("retry-after")
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.loadgen.figures import ROUTES, overlap
 from benchmarks.loadgen.http import ClientError, HttpxHttp, RawHttp
+from coda.clients.base import after_hint
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class LoadConfig:
     timeout_s: float
     client: str = "raw"
     report_every_s: float = 2.0
+    batched_heartbeats: bool = True  # one call per simulated worker for all its leases
+    shed_retries: int = 8  # a 503 is retried after its Retry-After (plus jitter) this often
 
 
 @dataclass
@@ -44,16 +47,28 @@ class Tally:
     slot_s: float = 0.0  # slot-seconds inside the window
     jobs_completed: int = 0
     lost_leases: int = 0
+    shed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUTES, 0))
+    shed_latencies: list[float] = field(default_factory=list)  # how fast a 503 came back
 
     def drain(self) -> dict[str, Any]:
         """Everything since the last drain, as a picklable message."""
         msg = {"latencies": self.latencies, "errors": self.errors,
                "error_samples": self.error_samples, "held_s": self.held_s,
                "slot_s": self.slot_s, "jobs_completed": self.jobs_completed,
-               "lost_leases": self.lost_leases}
+               "lost_leases": self.lost_leases, "shed": self.shed,
+               "shed_latencies": self.shed_latencies}
         fresh = Tally()
         self.__dict__.update(fresh.__dict__)
         return msg
+
+
+@dataclass
+class Server:
+    """A simulated VM server (one registered worker): the leases its slots hold, kept by one
+    batched heartbeat call per period, and those the master answered lost."""
+
+    held: dict[str, str] = field(default_factory=dict)  # job id -> lease token
+    lost: set[str] = field(default_factory=set)
 
 
 class Slots:
@@ -64,6 +79,8 @@ class Slots:
         self.tally = Tally()
         self.stop_at = cfg.window[1]
         self.workers: dict[int, asyncio.Task[str | None]] = {}
+        self.servers: dict[int, Server] = {}
+        self.beats: list[asyncio.Task[None]] = []
 
     def connection(self) -> RawHttp | HttpxHttp:
         kind = HttpxHttp if self.cfg.client == "httpx" else RawHttp
@@ -71,21 +88,31 @@ class Slots:
 
     async def call(self, http: RawHttp | HttpxHttp, route: str, path: str,
                    body: dict[str, Any]) -> Any:
-        """POST; record latency (inside the window) or an error. The JSON answer (None for an
-        empty one) or ``False`` on error."""
-        start_wall, start = time.time(), time.perf_counter()
-        try:
-            status, payload = await http.post(path, body)
-        except ClientError as exc:
-            self._error(route, str(exc))
-            return False
-        ms = (time.perf_counter() - start) * 1000
-        if status >= 300:
-            self._error(route, f"{status}: {payload[:200].decode(errors='replace')}")
-            return False
-        if self.cfg.window[0] <= start_wall < self.cfg.window[1]:
-            self.tally.latencies[route].append(ms)
-        return json.loads(payload) if payload else None
+        """POST; record latency (inside the window) or an error. A 503 with ``Retry-After``
+        (the master shedding load) is counted apart and retried after that long plus jitter,
+        as a worker does. The JSON answer (None for an empty one) or ``False`` on error."""
+        for attempt in range(self.cfg.shed_retries + 1):
+            start_wall, start = time.time(), time.perf_counter()
+            try:
+                status, payload, hint = await http.post(path, body)
+            except ClientError as exc:
+                self._error(route, str(exc))
+                return False
+            ms = (time.perf_counter() - start) * 1000
+            measured = self.cfg.window[0] <= start_wall < self.cfg.window[1]
+            if status == 503 and hint is not None and attempt < self.cfg.shed_retries:
+                if measured:
+                    self.tally.shed[route] += 1
+                    self.tally.shed_latencies.append(ms)
+                await asyncio.sleep(after_hint(float(hint), attempt + 1))  # as workers do
+                continue
+            if status >= 300:
+                self._error(route, f"{status}: {payload[:200].decode(errors='replace')}")
+                return False
+            if measured:
+                self.tally.latencies[route].append(ms)
+            return json.loads(payload) if payload else None
+        return False  # not reached: the last attempt returns
 
     def _error(self, route: str, what: str) -> None:
         self.tally.errors[route] += 1
@@ -103,7 +130,28 @@ class Slots:
         got = await self.call(http, "register", "/v1/workers", {
             "name": f"bench-vm-{server}", "host": f"10.0.{server // 250}.{server % 250}",
             "slots": self.cfg.slots_per_worker})
+        if got and self.cfg.batched_heartbeats and server not in self.servers:
+            self.servers[server] = Server()
+            self.beats.append(asyncio.ensure_future(self._keep_leases(server)))
         return str(got["id"]) if got else None
+
+    async def _keep_leases(self, server: int) -> None:
+        """The server's lease keeping: every ``heartbeat_s``, one call for all its leases."""
+        cfg, state = self.cfg, self.servers[server]
+        http = self.connection()
+        try:
+            await asyncio.sleep(cfg.heartbeat_s * ((server * 0.6180339887) % 1.0))
+            while time.time() < self.stop_at:
+                leases = list(state.held.items())
+                if leases:
+                    got = await self.call(http, "heartbeats", "/v1/jobs/heartbeat", {"leases": [
+                        {"job_id": j, "lease_token": t} for j, t in leases]})
+                    for beat in got["leases"] if got else []:
+                        if beat["outcome"] == "lost" and beat["job_id"] in state.held:
+                            state.lost.add(beat["job_id"])
+                await asyncio.sleep(cfg.heartbeat_s)
+        finally:
+            await http.aclose()
 
     async def run_slot(self, slot: int) -> None:
         http = self.connection()
@@ -129,7 +177,8 @@ class Slots:
             if job is None:
                 continue
             held_from = time.time()
-            outcome = await self.episode(http, job, length)
+            outcome = await self.episode(http, job, length,
+                                         self.servers.get(slot // cfg.slots_per_worker))
             self._held(held_from, self.stop_at if outcome == "stopped" else time.time())
             self.tally.jobs_completed += outcome == "completed"
             if outcome == "stopped":
@@ -145,14 +194,28 @@ class Slots:
             return None
         return got["jobs"][0] if got["jobs"] else None
 
-    async def episode(self, http: RawHttp | HttpxHttp, job: dict[str, Any], length: float) -> str:
+    async def episode(self, http: RawHttp | HttpxHttp, job: dict[str, Any], length: float,
+                      server: Server | None = None) -> str:
         """Steps and heartbeats for ``length`` seconds, then complete: completed, lost (the
-        lease or the completion failed) or stopped (the run ended while the job ran)."""
+        lease or the completion failed) or stopped (the run ended while the job ran). With a
+        ``server``, its batched heartbeats keep the lease (no heartbeat of this slot's own)."""
+        if server is None:
+            return await self._episode(http, job, length, None)
+        server.held[job["id"]] = job["lease_token"]
+        try:
+            return await self._episode(http, job, length, server)
+        finally:
+            server.held.pop(job["id"], None)
+            server.lost.discard(job["id"])
+
+    async def _episode(self, http: RawHttp | HttpxHttp, job: dict[str, Any], length: float,
+                       server: Server | None) -> str:
         cfg = self.cfg
         base, token = f"/v1/jobs/{job['id']}", job["lease_token"]
         start = time.time()
         end = start + length
-        next_step, next_hb, index = start + cfg.step_s, start + cfg.heartbeat_s, 0
+        next_step, index = start + cfg.step_s, 0
+        next_hb = start + cfg.heartbeat_s if server is None else float("inf")
         while True:
             due = min(next_step, next_hb, end)
             if due > self.stop_at:
@@ -170,7 +233,10 @@ class Slots:
                 ok = await self.call(http, "heartbeat", f"{base}/heartbeat",
                                      {"lease_token": token})
                 next_hb += cfg.heartbeat_s
-            if ok is False and await self._lost(http, base, token):
+            if server is not None and job["id"] in server.lost:
+                self.tally.lost_leases += 1
+                return "lost"
+            if ok is False and server is None and await self._lost(http, base, token):
                 return "lost"
         done = await self.call(http, "complete", f"{base}/complete", {
             "lease_token": token, "kind": "episode",
@@ -209,6 +275,9 @@ async def _load_main(cfg: LoadConfig, out: Any) -> None:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         out.put(("tally", slots.tally.drain()))
+    for beat in slots.beats:
+        beat.cancel()
+    await asyncio.gather(*slots.beats, return_exceptions=True)
     for t in tasks:
         if not t.cancelled() and t.exception() is not None:
             out.put(("crash", repr(t.exception())))

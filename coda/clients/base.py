@@ -4,6 +4,7 @@ errors that carry the server's message; and the ONE retry policy every CODA HTTP
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
@@ -21,6 +22,17 @@ M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUS = frozenset({502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+RETRY_AFTER_JITTER = 0.5
+
+
+def after_hint(seconds: float, refusals: int = 1) -> float:
+    """How long to wait when a server said ``Retry-After: seconds`` to the ``refusals``-th
+    try in a row: that long, doubled for every refusal before it (a server still overloaded
+    gets fewer retries, not a storm of them), plus up to ``RETRY_AFTER_JITTER`` of it more so
+    that the many clients one overloaded server refused at once do not all come back at the
+    same instant; at most ``MAX_RETRY_AFTER_S``."""
+    base = seconds * 2.0 ** min(max(refusals - 1, 0), 16)
+    return min(base * (1.0 + random.uniform(0.0, RETRY_AFTER_JITTER)), MAX_RETRY_AFTER_S)
 
 
 def retry_after(response: httpx.Response) -> float | None:
@@ -34,7 +46,8 @@ def retry_after(response: httpx.Response) -> float | None:
 
 class _Wait:
     """Exponential backoff with jitter, unless the failure says how long to wait
-    (an exception with a ``retry_after`` attribute, from the server's header)."""
+    (an exception with a ``retry_after`` attribute, from the server's header: that long,
+    with jitter, :func:`after_hint`)."""
 
     def __init__(self, initial: float, maximum: float) -> None:
         self.backoff = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
@@ -42,7 +55,9 @@ class _Wait:
     def __call__(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
         hinted = getattr(exc, "retry_after", None)
-        return float(hinted) if hinted is not None else float(self.backoff(state))
+        if hinted is not None:
+            return after_hint(float(hinted), state.attempt_number)
+        return float(self.backoff(state))
 
 
 def http_retry(attempts: int, transient: Callable[[BaseException], bool], *,

@@ -26,6 +26,9 @@ from coda.contracts.master_api import (
     JobHeartbeatResponse,
     JobState,
     JudgeJobCreate,
+    LeaseHeartbeats,
+    LeaseHeartbeatsResponse,
+    LeaseRef,
     LeaseRequest,
     LeaseResponse,
     LeaseToken,
@@ -100,6 +103,13 @@ class MasterClient(JsonClient):
     async def heartbeat(self, job: Job) -> JobHeartbeatResponse:
         return await self.request("POST", f"/v1/jobs/{job.id}/heartbeat",
                                   LeaseToken(lease_token=job.lease_token), JobHeartbeatResponse)
+
+    async def heartbeat_leases(self, jobs: list[Job]) -> LeaseHeartbeatsResponse:
+        """Extend the leases of all ``jobs`` in one call (at most ``HEARTBEAT_BATCH_MAX``):
+        each comes back ``extended`` or ``lost``, in order."""
+        body = LeaseHeartbeats(leases=[LeaseRef(job_id=j.id, lease_token=j.lease_token)
+                                       for j in jobs])
+        return await self.request("POST", "/v1/jobs/heartbeat", body, LeaseHeartbeatsResponse)
 
     async def report_step(self, job: Job, step: Step) -> None:
         await self.send("POST", f"/v1/jobs/{job.id}/steps",

@@ -26,6 +26,7 @@ from coda.contracts.records import (
     Batch,
     Episode,
     JobKind,
+    JobStatus,
     JudgeMode,
     Step,
     Worker,
@@ -159,6 +160,40 @@ class LeaseToken(BaseModel):
 
 class JobHeartbeatResponse(BaseModel):
     lease_expires_at: datetime
+
+
+HEARTBEAT_BATCH_MAX = 512
+"""Leases one batched heartbeat call may carry (a worker with more sends several calls)."""
+
+
+class LeaseRef(LeaseToken):
+    """One lease a worker holds: the job and the token it was leased with."""
+
+    job_id: uuid.UUID
+
+
+class LeaseHeartbeats(BaseModel):
+    """``POST /v1/jobs/heartbeat``: every lease a worker holds, in one call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    leases: list[LeaseRef] = Field(min_length=1, max_length=HEARTBEAT_BATCH_MAX)
+
+
+class LeaseBeat(BaseModel):
+    """The answer for one lease: ``extended`` (until ``lease_expires_at``) or ``lost`` (stop
+    working on it; ``status`` is the job's, None when there is no such job)."""
+
+    job_id: uuid.UUID
+    outcome: Literal["extended", "lost"]
+    lease_expires_at: datetime | None = None
+    status: JobStatus | None = None
+
+
+class LeaseHeartbeatsResponse(BaseModel):
+    """One :class:`LeaseBeat` per lease sent, in the order sent."""
+
+    leases: list[LeaseBeat]
 
 
 class StepReport(LeaseToken):

@@ -40,6 +40,20 @@ end
 return 0
 """
 
+# KEYS: leases, tokens; ARGV: expiry_ms, id1, token1, id2, token2, ... -> {1|0, ...}
+_HEARTBEAT_MANY = """
+local out = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
 # KEYS: leases, tokens; ARGV: id, token -> 1 released, 0 not held with that token
 _RELEASE = """
 if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
@@ -79,6 +93,7 @@ class RedisQueue:
         self.k = keys
         self._lease = redis.register_script(_LEASE)
         self._heartbeat = redis.register_script(_HEARTBEAT)
+        self._heartbeat_many = redis.register_script(_HEARTBEAT_MANY)
         self._release = redis.register_script(_RELEASE)
         self._claim = redis.register_script(_CLAIM_EXPIRED)
 
@@ -108,6 +123,18 @@ class RedisQueue:
     async def heartbeat(self, job_id: str, token: str, expiry_ms: int) -> bool:
         return bool(await self._heartbeat(keys=[self.k.leases, self.k.tokens],
                                           args=[job_id, token, expiry_ms]))
+
+    async def heartbeat_many(self, leases: Sequence[tuple[str, str]],
+                             expiry_ms: int) -> list[bool]:
+        """Extend every ``(job_id, token)`` still held with its token, in one round trip;
+        whether each was extended, in order."""
+        if not leases:
+            return []
+        args: list[Any] = [expiry_ms]
+        for job_id, token in leases:
+            args += [job_id, token]
+        got = await self._heartbeat_many(keys=[self.k.leases, self.k.tokens], args=args)
+        return [bool(v) for v in got]
 
     async def release(self, job_id: str, token: str) -> bool:
         return bool(await self._release(keys=[self.k.leases, self.k.tokens], args=[job_id, token]))

@@ -91,6 +91,13 @@ async def lease_of(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record:
     return row
 
 
+async def leases_of(conn: Conn, job_ids: list[uuid.UUID]) -> dict[uuid.UUID, asyncpg.Record]:
+    """status and lease_token of the jobs that exist among ``job_ids``, by id."""
+    rows = await conn.fetch("select id, status, lease_token from jobs where id = any($1::uuid[])",
+                            job_ids)
+    return {r["id"]: r for r in rows}
+
+
 async def lost(conn: Conn, job_id: uuid.UUID) -> LeaseLost:
     """The LeaseLost of a job not held with the caller's token (JobNotFound when none)."""
     return LeaseLost(job_id, (await lease_of(conn, job_id))["status"])

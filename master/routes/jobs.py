@@ -16,6 +16,9 @@ from coda.contracts.master_api import (
     JobFail,
     JobHeartbeatResponse,
     JobState,
+    LeaseBeat,
+    LeaseHeartbeats,
+    LeaseHeartbeatsResponse,
     LeaseRequest,
     LeaseResponse,
     LeaseToken,
@@ -27,6 +30,7 @@ from master.auth import Admin, Reader, WorkerAuth
 from master.repos import jobs as job_rows
 from master.repos import workers
 from master.repos.jobs import NewJob
+from master.shedding import idle
 from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -77,9 +81,11 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
             if core.metrics and not waiting:  # the gauge tests wait on instead of sleeping
                 core.metrics.lease_polls.inc()
                 waiting = True
+            # waiting costs nothing: the request gives its turn up meanwhile (shedding)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(core.stopping.wait(), timeout=min(
-                    s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
+                async with idle(request.scope):
+                    await asyncio.wait_for(core.stopping.wait(), timeout=min(
+                        s.long_poll_step_s, max(0.0, deadline - time.monotonic())))
     finally:
         if core.metrics and waiting:
             core.metrics.lease_polls.dec()
@@ -89,6 +95,21 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)
+
+
+@router.post("/heartbeat")
+async def heartbeat_leases(body: LeaseHeartbeats, core: State,
+                           _: WorkerAuth) -> LeaseHeartbeatsResponse:
+    """Extend every lease a worker holds in one call (one call per worker and heartbeat
+    period, not one per job): each lease is ``extended`` or ``lost`` (stop working on it),
+    in the order sent."""
+    leases = [(ref.job_id, ref.lease_token) for ref in body.leases]
+    beats = await jobs.heartbeat_many(core.pg, core.queue, core.clock, leases=leases,
+                                      ttl_s=core.settings.lease_ttl_s)
+    return LeaseHeartbeatsResponse(leases=[
+        LeaseBeat(job_id=job_id, outcome="extended", lease_expires_at=expires)
+        if expires is not None else LeaseBeat(job_id=job_id, outcome="lost", status=status)
+        for (job_id, _token), (expires, status) in zip(leases, beats, strict=True)])
 
 
 @router.post("/{job_id}/heartbeat", responses=error_responses(404, 409))

@@ -42,9 +42,15 @@ def test_master_load_smoke(tmp_path: Path, postgres_server_url: str,
     assert doc["slots"] == 10
     assert doc["duration_s"] == 4
     assert set(doc["routes"]) == {
-        "POST /v1/workers", "POST /v1/jobs/lease", "POST /v1/jobs/{job_id}/heartbeat",
-        "POST /v1/jobs/{job_id}/steps", "POST /v1/jobs/{job_id}/complete"}
+        "POST /v1/workers", "POST /v1/jobs/lease", "POST /v1/jobs/heartbeat",
+        "POST /v1/jobs/{job_id}/heartbeat", "POST /v1/jobs/{job_id}/steps",
+        "POST /v1/jobs/{job_id}/complete"}
     for figures in doc["routes"].values():
-        assert {"requests", "requests_per_s", "errors", "p50_ms", "p99_ms"} <= figures.keys()
+        assert {"requests", "requests_per_s", "errors", "p50_ms", "p99_ms",
+                "shed"} <= figures.keys()
     assert doc["requests"] > 0
+    # the simulated worker heartbeats all its leases in one call, as coda worker does
+    assert doc["routes"]["POST /v1/jobs/heartbeat"]["requests"] > 0
+    assert doc["routes"]["POST /v1/jobs/{job_id}/heartbeat"]["requests"] == 0
+    assert {"shed", "shed_p99_ms"} <= doc.keys()
     assert 0.0 <= doc["utilization"] <= 1.0

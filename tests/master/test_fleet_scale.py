@@ -1,0 +1,232 @@
+"""The master at fleet scale, through real master processes: one batched heartbeat call for
+all of a worker's leases, several master processes sharing one queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import uuid
+
+import httpx
+import pytest
+
+from coda.clients.base import MAX_RETRY_AFTER_S, RETRY_AFTER_JITTER, ServiceError, after_hint
+from coda.clients.master import MasterClient
+from coda.contracts.jobs import EpisodeResult
+from coda.contracts.master_api import HEARTBEAT_BATCH_MAX, WorkerRegister
+from tests.fixtures.waiting import wait_for, wait_for_async
+from tests.master.conftest import submit
+
+
+def _requests(master, route: str) -> float:  # type: ignore[no-untyped-def]
+    """http_requests_total of one route (all codes) on one master process."""
+    total = 0.0
+    for line in httpx.get(f"{master.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("http_requests_total{") and f'route="{route}"' in line:
+            total += float(line.split()[-1])
+    return total
+
+
+async def test_one_call_heartbeats_every_lease_and_names_the_lost(master, admin, wclient,
+                                                                   worker):
+    await submit(admin, n_tasks=2, rollouts=2)
+    a, b, c, d = await wclient.lease(worker.id, capacity=4)
+    await wclient.complete(b, EpisodeResult(success=True))  # finished: its lease is gone
+    forged = c.model_copy(update={"lease_token": "x" * 32})  # a token the master never gave
+    ghost = a.model_copy(update={"id": uuid.uuid4()})  # no such job
+    # the 2 s leases outlive 3 s of the master's clock only through the batched heartbeats
+    for beat_no in range(3):
+        got = await wclient.heartbeat_leases([a, b, forged, ghost, d])
+        assert [beat.job_id for beat in got.leases] == [a.id, b.id, c.id, ghost.id, d.id]
+        assert [beat.outcome for beat in got.leases] == [
+            "extended", "lost", "lost", "lost", "extended"]
+        statuses = [beat.status for beat in got.leases]
+        # c's real lease (never extended) expires meanwhile: leased, then queued again
+        assert statuses[:2] + statuses[3:] == [None, "succeeded", None, None]
+        assert statuses[2] == "leased" if beat_no == 0 else statuses[2] in ("leased", "queued")
+        assert got.leases[0].lease_expires_at is not None
+        master.advance_clock(1)
+    assert _requests(master, "/v1/jobs/heartbeat") == 3
+    assert _requests(master, "/v1/jobs/{job_id}/heartbeat") == 0
+    # the kept leases still hold (and the old per-job route still answers)
+    for job in (a, d):
+        await wclient.heartbeat(job)
+        await wclient.complete(job, EpisodeResult(success=True))
+
+
+async def test_a_batch_is_bounded(wclient, worker):
+    with pytest.raises(ServiceError) as err:
+        await wclient.send("POST", "/v1/jobs/heartbeat", {"leases": []})
+    assert err.value.status == 422
+    ref = {"job_id": str(uuid.uuid4()), "lease_token": "x" * 32}
+    with pytest.raises(ServiceError) as err:
+        await wclient.send("POST", "/v1/jobs/heartbeat",
+                           {"leases": [ref] * (HEARTBEAT_BATCH_MAX + 1)})
+    assert err.value.status == 422 and "leases" in str(err.value.detail)
+
+
+async def test_two_master_processes_share_the_queue_and_the_leases(master_factory, master,
+                                                                    admin, worker):
+    """A job submitted on one master process is leased through the other, heartbeated in a
+    batch on the first and completed on the second."""
+    second = master_factory()
+    async with MasterClient(master.url, token=master.worker_token, retries=1) as one, \
+            MasterClient(second.url, token=master.worker_token, retries=1) as two:
+        created = await submit(admin, n_tasks=1)  # on the first process
+        [job] = await two.lease(worker.id)
+        assert job.payload.batch_id == created.batch.id
+        [beat] = (await one.heartbeat_leases([job])).leases
+        assert beat.outcome == "extended"
+        await two.complete(job, EpisodeResult(success=True))
+        [beat] = (await one.heartbeat_leases([job])).leases
+        assert beat.outcome == "lost" and beat.status == "succeeded"
+
+
+async def test_the_worker_keeps_all_its_leases_with_one_call(master, admin, wclient, worker):
+    """The worker's lease keeping (:class:`worker.leases.LeaseKeeper`): one call per beat for
+    every lease it holds; a lease the master answers lost cancels that job's work only."""
+    from worker.leases import LeaseKeeper
+
+    await submit(admin, n_tasks=3)
+    jobs = await wclient.lease(worker.id, capacity=3)
+    keeper = LeaseKeeper(wclient, interval_s=3600, batch_max=2)
+    works = [asyncio.create_task(asyncio.Event().wait()) for _ in jobs]
+    lost = [keeper.hold(job, work) for job, work in zip(jobs, works, strict=True)]
+    before = _requests(master, "/v1/jobs/heartbeat")
+    assert await keeper.beat() == 0
+    assert _requests(master, "/v1/jobs/heartbeat") == before + 2  # 3 leases, 2 per call
+    await wclient.complete(jobs[1], EpisodeResult(success=True))  # the lease ends elsewhere
+    master.advance_clock(1.5)  # within the 2 s TTL the beat extended
+    assert await keeper.beat() == 1
+    assert lost[1].is_set() and not lost[0].is_set() and not lost[2].is_set()
+    await asyncio.gather(*works[1:2], return_exceptions=True)
+    assert works[1].cancelled() and not works[0].done() and not works[2].done()
+    master.advance_clock(1.5)  # past the first TTL: only the beats kept jobs 0 and 2
+    for n in (0, 2):
+        keeper.drop(jobs[n].id)
+        works[n].cancel()
+        await wclient.complete(jobs[n], EpisodeResult(success=True))
+
+
+# ---------------------------------------------------------------------------- load shedding
+
+
+class HeldRequest:
+    """A real API request kept in flight on the master: its headers and part of its body are
+    sent, the rest only when :meth:`finish` is called (it holds its turn meanwhile)."""
+
+    def __init__(self, master) -> None:  # type: ignore[no-untyped-def]
+        self.body = json.dumps({"name": "held", "slots": 1}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", master.port), timeout=60)
+        self.sock.sendall(
+            (f"POST /v1/workers HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             f"Authorization: Bearer {master.worker_token}\r\n"
+             f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n\r\n"
+             ).encode() + self.body[:5])
+
+    def finish(self) -> int:
+        """Send the rest of the body; the answer's status code."""
+        self.sock.sendall(self.body[5:])
+        head = b""
+        while b"\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            assert chunk, "the master closed the connection"
+            head += chunk
+        self.sock.close()
+        return int(head.split(b" ", 2)[1])
+
+
+def _in_flight(master, n: int = 1) -> None:  # type: ignore[no-untyped-def]
+    wait_for(lambda: master.metric("coda_requests_in_flight") >= n,
+             f"{n} request(s) in flight on the master")
+
+
+SHED_AT_ONCE = {"CODA_SHED_MAX_IN_FLIGHT": "1", "CODA_SHED_QUEUE_WAIT_S": "0"}
+
+
+def test_past_its_limit_the_master_sheds_with_retry_after(master_factory) -> None:
+    m = master_factory(**SHED_AT_ONCE, CODA_SHED_RETRY_AFTER_S="7")
+    held = HeldRequest(m)
+    _in_flight(m)
+    auth = {"Authorization": f"Bearer {m.worker_token}"}
+    r = httpx.post(f"{m.url}/v1/workers", json={"name": "late", "slots": 1}, headers=auth,
+                   timeout=30)
+    assert r.status_code == 503 and r.headers["retry-after"] == "7"
+    assert "overloaded" in r.json()["detail"]
+    for path in ("/healthz", "/readyz", "/metrics"):  # never refused
+        assert httpx.get(f"{m.url}{path}", timeout=30).status_code == 200
+    assert m.metric("coda_requests_shed_total") == 1
+    # a heartbeat keeps work already done: it is never refused
+    r = httpx.post(f"{m.url}/v1/jobs/heartbeat", headers=auth, timeout=30, json={"leases": [
+        {"job_id": str(uuid.uuid4()), "lease_token": "x" * 32}]})
+    assert r.status_code == 200 and r.json()["leases"][0]["outcome"] == "lost"
+    assert m.metric("coda_requests_shed_total") == 1
+    assert held.finish() == 201  # the admitted request is served as usual
+    _in_flight(m, 0)
+    r = httpx.post(f"{m.url}/v1/workers", json={"name": "later", "slots": 1}, headers=auth,
+                   timeout=30)
+    assert r.status_code == 201
+
+
+def test_a_request_past_the_limit_waits_for_a_turn_within_its_budget(master_factory) -> None:
+    m = master_factory(CODA_SHED_MAX_IN_FLIGHT="1", CODA_SHED_QUEUE_WAIT_S="60")
+    held = HeldRequest(m)
+    _in_flight(m)
+    answer: dict[str, int] = {}
+
+    def late() -> None:
+        answer["status"] = httpx.post(
+            f"{m.url}/v1/workers", json={"name": "late", "slots": 1}, timeout=90,
+            headers={"Authorization": f"Bearer {m.worker_token}"}).status_code
+
+    t = threading.Thread(target=late)
+    t.start()
+    wait_for(lambda: m.metric("coda_requests_waiting") >= 1, "a request waiting for a turn")
+    assert held.finish() == 201
+    t.join(60)
+    assert answer == {"status": 201} and m.metric("coda_requests_shed_total") == 0
+
+
+async def test_the_worker_client_comes_back_after_retry_after(master_factory) -> None:
+    m = master_factory(**SHED_AT_ONCE, CODA_SHED_RETRY_AFTER_S="1")
+    held = HeldRequest(m)
+    _in_flight(m)
+    async with MasterClient(m.url, token=m.worker_token, retries=6) as client:
+        call = asyncio.create_task(client.register_worker(WorkerRegister(name="w", slots=2)))
+
+        async def shed() -> bool:
+            return await asyncio.to_thread(m.metric, "coda_requests_shed_total") >= 1
+        await wait_for_async(shed, "the worker's first call refused with 503")
+        assert not call.done()  # it backs off as the master said, then comes back
+        assert await asyncio.to_thread(held.finish) == 201
+        registered = await call
+    assert registered.name == "w"
+
+
+async def test_a_long_poll_gives_its_turn_up_while_it_waits(master_factory) -> None:
+    m = master_factory(CODA_SHED_MAX_IN_FLIGHT="1", CODA_SHED_QUEUE_WAIT_S="5")
+    async with MasterClient(m.url, token=m.worker_token, retries=1) as wc, \
+            MasterClient(m.url, token=m.admin_token, retries=1) as admin:
+        worker = await wc.register_worker(WorkerRegister(name="w", slots=1))
+        poll = asyncio.create_task(wc.lease(worker.id, wait_s=30))
+
+        async def polling() -> bool:
+            return await asyncio.to_thread(m.metric, "coda_lease_polls_waiting") >= 1
+        await wait_for_async(polling, "a lease long-polling on the master")
+        # the one turn is free while the lease waits: other calls are served, none refused
+        await wc.register_worker(WorkerRegister(name="other", slots=1))
+        await submit(admin, n_tasks=1)
+        assert len(await poll) == 1
+    assert m.metric("coda_requests_shed_total") == 0
+
+
+def test_retry_after_is_honoured_with_bounded_jitter() -> None:
+    waits = [after_hint(2.0) for _ in range(200)]
+    assert all(2.0 <= w <= 2.0 * (1 + RETRY_AFTER_JITTER) for w in waits)
+    assert len(set(waits)) > 1  # spread: refused clients do not all come back at once
+    assert after_hint(10_000) == MAX_RETRY_AFTER_S
+    # refused again and again: each wait doubles (bounded), fewer retries, not a storm
+    assert all(8.0 <= after_hint(2.0, 3) <= 8.0 * (1 + RETRY_AFTER_JITTER) for _ in range(50))
+    assert after_hint(2.0, 40) == MAX_RETRY_AFTER_S
