@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import statistics
 import tempfile
 import threading
@@ -114,6 +115,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=600.0, help="per batch")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--key", default=KEY, help="top-level key of --out written")
+    p.add_argument("--logs", type=Path, default=None,
+                   help="keep each run's worker log in this folder")
     args = p.parse_args(argv)
     providers = [v.strip() for v in args.providers.split(",") if v.strip()]
     if not providers or any(v not in PROVIDERS for v in providers):
@@ -449,6 +452,9 @@ def run_once(master: Master, admin: httpx.Client, services: tuple[str, str], tok
         count = slots * args.episodes_per_slot
         with Usage(provider, proc.pid, prefix, slots) as usage:
             ids, wall = run_batch(admin, task, count, args.timeout_s, wlog)
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wlog, args.logs / wlog.name)
     records = [admin.get(f"/v1/episodes/{i}", params={"steps": "true"}).json() for i in ids]
     done = [r for r in records if r["status"] == "completed"]
     out: dict[str, Any] = {
