@@ -318,9 +318,14 @@ def _containers(prefix: str) -> list[tuple[str, str]]:
         client.close()
 
 
+def _cg(controller: str, cid: str) -> Path:
+    """A container's cgroup v1 folder: under /docker, or under its ``cgroup_parent``."""
+    found = list((CGROUP / controller).glob(f"*/{cid}"))
+    return found[0] if found else CGROUP / controller / "docker" / cid
+
+
 def _cgroup_cpu_s(cid: str) -> float | None:
-    for path in (CGROUP / "cpuacct" / "docker" / cid / "cpuacct.usage",
-                 CGROUP / "cpu,cpuacct" / "docker" / cid / "cpuacct.usage"):
+    for path in (_cg("cpuacct", cid) / "cpuacct.usage", _cg("cpu,cpuacct", cid) / "cpuacct.usage"):
         try:
             return int(path.read_text()) / 1e9
         except (OSError, ValueError):
@@ -336,7 +341,7 @@ def _cgroup_cpu_s(cid: str) -> float | None:
 def _cgroup_mem(cid: str) -> float | None:
     """Usage less inactive file cache (``docker stats``), bytes."""
     for base, usage_file, inactive in (
-            (CGROUP / "memory" / "docker" / cid, "memory.usage_in_bytes", "total_inactive_file"),
+            (_cg("memory", cid), "memory.usage_in_bytes", "total_inactive_file"),
             (CGROUP / "system.slice" / f"docker-{cid}.scope", "memory.current",
              "inactive_file")):
         try:
