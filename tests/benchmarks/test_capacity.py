@@ -81,9 +81,10 @@ def test_summary_of_one_provider_has_no_ratio() -> None:
 
 
 def test_episode_phases_split_reset_steps_and_the_rest() -> None:
-    events = [{"event": "episode.start", "episode": "e1", "timestamp": "2026-01-01T00:00:00Z"},
-              {"event": "desktop.reset", "seconds": 1.5},
-              {"event": "episode.end", "episode": "e1", "timestamp": "2026-01-01T00:00:06Z"}]
+    events: list[dict[str, Any]] = [
+        {"event": "episode.start", "episode": "e1", "timestamp": "2026-01-01T00:00:00Z"},
+        {"event": "desktop.reset", "seconds": 1.5},
+        {"event": "episode.end", "episode": "e1", "timestamp": "2026-01-01T00:00:06Z"}]
     records = [{"id": "e1", "steps": [{"timings": {"total": 1000.0}},
                                       {"timings": {"total": 1500.0}}, {"timings": None}]}]
     assert episode_phases(events, records) == {"episode_s_median": 6.0, "reset_s_median": 1.5,
