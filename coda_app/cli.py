@@ -255,7 +255,57 @@ def status(
     out.print(f"workers: {len(report.workers)}")
 
 
+admin_app = typer.Typer(help="Fleet administration at a running master (admin token).",
+                        no_args_is_help=True)
+
+
+@admin_app.command("worker-tokens")
+def worker_tokens(
+    url: Annotated[str, typer.Option(help="master URL (CODA_MASTER_URL)")] = DEFAULT_URL,
+    token: Annotated[str | None, typer.Option(help="admin token (CODA_ADMIN_TOKEN)")] = None,
+    home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
+) -> None:
+    """The master's worker tokens by fingerprint (never the token), when each was revoked and
+    the workers registered with it."""
+    rows = _call_master(url, admin_token(token, home), lambda m: m.worker_tokens())
+    t = Table(title="Worker tokens")
+    for col in ("fingerprint", "revoked at", "workers"):
+        t.add_column(col)
+    for row in rows:
+        t.add_row(row.fingerprint, row.revoked_at.isoformat() if row.revoked_at else "-",
+                  ", ".join(str(w)[:8] for w in row.workers) or "-")
+    Console().print(t)
+
+
+@admin_app.command("revoke-worker-token")
+def revoke_worker_token(
+    fingerprint: Annotated[str | None, typer.Argument(
+        help="the token's fingerprint (`coda admin worker-tokens`)")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        help="a file holding the worker token to revoke (its fingerprint is computed here; "
+        "the token is never sent)")] = None,
+    url: Annotated[str, typer.Option(help="master URL (CODA_MASTER_URL)")] = DEFAULT_URL,
+    token: Annotated[str | None, typer.Option(help="admin token (CODA_ADMIN_TOKEN)")] = None,
+    home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
+) -> None:
+    """Revoke a worker token at a running master (no restart): its server's next requests
+    are refused (401) and the jobs its workers hold go back to the queue."""
+    import hashlib
+
+    if (fingerprint is None) == (token_file is None):
+        console.print("[red]give the fingerprint or --token-file (one of them)[/]")
+        raise typer.Exit(2)
+    if token_file is not None:
+        secret = token_file.read_text().strip()
+        fingerprint = hashlib.sha256(secret.encode()).hexdigest()[:16]
+    assert fingerprint is not None
+    done = _call_master(url, admin_token(token, home),
+                        lambda m: m.revoke_worker_token(fingerprint))
+    typer.echo(done.model_dump_json())
+
+
 _register_service_clis()
+app.add_typer(admin_app, name="admin")
 
 app.add_typer(_vllm_app, name="vllm", help="vLLM's own server for a model role.")
 app.add_typer(_vcsim_app, name="vcsim",

@@ -49,8 +49,9 @@ def render(report: StatusReport, *, url: str, planner_version: str | None,
     for q in report.queues:
         queues.add_row(q.kind.value, str(q.queued), str(q.leased))
     parts: list[Panel | Table | Text] = [Panel(head, title="CODA", expand=False), queues]
-    if problems:
-        parts.append(Text("stopped: " + ", ".join(problems) + " (see their logs)", style="red"))
+    if problems:  # what coda up restarted (coda_app.supervise)
+        parts.append(Text("restarts: " + "; ".join(problems) + " (see their logs)",
+                          style="yellow"))
     parts.append(Text("Ctrl-C stops everything; the next `coda up` keeps the data", style="dim"))
     return RichGroup(*parts)
 

@@ -60,6 +60,11 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def restart(self) -> None:
+        """Start it again on the same port (clients keep its URL), once the old one is gone."""
+        self.stop()
+        self.start()
+
     def stop(self) -> None:
         if self.proc is not None:
             stop_process(self.proc)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess
 from coda_app.stack_vllm import SERVED_NAME as VLLM_SERVED_NAME
 from coda_app.stack_vllm import VllmServers, start_servers
+from coda_app.supervise import Child
 
 log = get_logger("coda_app.stack")
 
@@ -168,6 +170,7 @@ class Stack:
         self.trainer: subprocess.Popen[bytes] | None = None
         self.choices: dict[str, ModelChoice] = {}
         self.vllm: VllmServers | None = None
+        self._specs: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._stopping = False
 
     def request_stop(self) -> None:
@@ -206,6 +209,7 @@ class Stack:
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         path = self.cfg.logs / f"{name}.log"
+        self._specs[name] = (cmd, env)
         proc = start_process(cmd, env=env, log=path, cwd=ROOT)
         log.info("stack.started", name=name, pid=proc.pid, log=str(path))
         return proc
@@ -260,8 +264,42 @@ class Stack:
             out += self.vllm.dead()
         return out
 
+    def children(self) -> list[Child]:
+        """What ``coda up`` supervises of the stack (:mod:`coda_app.supervise`): the vLLM
+        servers, the model services, the worker and the trainer, each started again on the
+        same port / with the same settings."""
+        out: list[Child] = []
+        if self.vllm is not None:
+            servers = self.vllm
+            for name in list(servers.procs):
+                out.append(Child(f"vllm-{name}", partial(servers.alive, name),
+                                 partial(servers.restart, name),
+                                 self.cfg.logs / f"vllm-{name}.log"))
+        for role, service in self.services.items():
+            out.append(Child(role, service.alive, service.restart, service.log_path))
+        for name in ("worker", "trainer"):
+            if name in self._specs:
+                out.append(Child(name, partial(self._alive, name), partial(self._respawn, name),
+                                 self.cfg.logs / f"{name}.log"))
+        return out
+
+    def _alive(self, name: str) -> bool:
+        proc = self.worker if name == "worker" else self.trainer
+        return proc is not None and proc.poll() is None
+
+    def _respawn(self, name: str) -> None:
+        if self._stopping:
+            return
+        cmd, env = self._specs[name]
+        proc = self._spawn(name, cmd, env)
+        if name == "worker":
+            self.worker = proc
+        else:
+            self.trainer = proc
+
     def stop(self) -> None:
         """Worker first (it drains and gives running jobs back), then trainer and services."""
+        self._stopping = True
         for proc in (self.worker, self.trainer):
             if proc is not None:
                 stop_process(proc, timeout=90)

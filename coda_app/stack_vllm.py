@@ -41,9 +41,26 @@ class VllmServers:
 
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, ServeConfig] = field(default_factory=dict)
+    python: Path | str = ""
+    logs: Path | None = None
 
     def dead(self) -> list[str]:
         return [f"vllm-{name}" for name, p in self.procs.items() if p.poll() is not None]
+
+    def alive(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def restart(self, name: str) -> None:
+        """Start server ``name`` again on its port (``coda up``'s supervision), once what is
+        left of it (its engine processes) is gone; returns once it answers."""
+        old = self.procs.pop(name, None)
+        if old is not None:
+            stop_server(old, kill=True)
+        log_path = self.logs / f"vllm-{name}.log" if self.logs else None
+        self.procs[name] = start_server(self.configs[name], python=self.python,
+                                        log_path=log_path)
 
     def stop(self) -> None:
         """Each server and its engine processes (nothing is left holding the model)."""
@@ -65,7 +82,7 @@ def start_servers(model_dir: Path, logs: Path) -> VllmServers:
     """Start the servers together and return once each answers (all stopped if one fails)."""
     python = vllm_python() or install()
     configs = {name: server_config(name, model_dir) for name in SERVERS}
-    out = VllmServers()
+    out = VllmServers(configs=configs, python=python, logs=logs)
 
     def start(name: str) -> None:
         proc = start_server(configs[name], python=python, log_path=logs / f"vllm-{name}.log")

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,10 @@ from rich.console import Console
 
 from coda.logging import configure_logging, get_logger
 from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_logs
+from coda_app.embedded.postgres import EmbeddedPostgres
+from coda_app.embedded.redis import EmbeddedRedis
 from coda_app.secrets_file import local_service_tokens
+from coda_app.supervise import Child, GaveUp, Supervisor
 
 console = Console(stderr=True)
 log = get_logger("coda_app.up")
@@ -45,6 +49,27 @@ def _local_coverage(home: Path) -> str | None:
     return str(out)
 
 
+SUPERVISE_INTERVAL_S = 1.0
+"""How often ``coda up`` looks for a child that died."""
+
+
+def wants_demo(demo: bool | None, *, master_only: bool) -> bool:
+    """Whether ``coda up`` submits the demo batch: when asked (``--demo`` / ``--no-demo``),
+    else on a whole stack, never on a master for remote VM servers (``--master-only``)."""
+    return demo if demo is not None else not master_only
+
+
+def store_children(servers: Sequence[EmbeddedPostgres | EmbeddedRedis]) -> list[Child]:
+    """The embedded stores as supervised children (restarted on their ports)."""
+    out = []
+    for server in servers:
+        if isinstance(server, EmbeddedPostgres):
+            out.append(Child("postgres", server.alive, server.restart, server.logfile))
+        else:
+            out.append(Child("redis", server.alive, server.restart, server.logfile))
+    return out
+
+
 def up(
     home: Annotated[Path, typer.Option(help="data dir: Postgres, Redis, artifacts")] = DEFAULT_HOME,
     host: Annotated[str, typer.Option(help="bind address of the master")] = "127.0.0.1",
@@ -64,7 +89,9 @@ def up(
         "--vllm", help="serve the tiny model with vLLM's own servers (scripts/vllm-install.sh; "
         "one for the planner, one shared by the executor and the judge); the planner pulls "
         "the trainer's versions from the master")] = False,
-    demo: Annotated[bool, typer.Option(help="submit the demo batch once")] = True,
+    demo: Annotated[bool | None, typer.Option(
+        help="submit the demo batch once (default: yes, but not with --master-only, a master "
+        "for remote VM servers, whose fleet would run it)")] = None,
     demo_rollouts: Annotated[int, typer.Option(help="rollouts per demo task")] = 2,
     master_only: Annotated[bool, typer.Option(
         help="only the master (no model services, worker or trainer)")] = False,
@@ -88,6 +115,7 @@ def up(
         console.print("[red]--vllm serves the tiny model: not with --models replay or --*-url[/]")
         raise typer.Exit(2)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=json_logs(log_format))
+    demo = wants_demo(demo, master_only=master_only)
     home = home.resolve()
     tokens = local_service_tokens(home)
     exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops everything
@@ -96,8 +124,11 @@ def up(
             database_url=urls.database_url, redis_url=urls.redis_url,
             admin_token=tokens["admin_token"], worker_tokens=[tokens["worker_token"]],
             artifacts_url=str(home / "artifacts"), coverage_file=_local_coverage(home))
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port,
-                                               log_config=None, access_log=False))
+        supervisor = Supervisor(store_children(urls.servers))
+        server = uvicorn.Server(uvicorn.Config(
+            create_app(settings, supervised=supervisor.status), host=host, port=port,
+            log_config=None, access_log=False))
+        gave_up: list[GaveUp] = []
         url = f"http://{host}:{port}"
         stack = None
         if not master_only:
@@ -114,6 +145,23 @@ def up(
                 model_urls={"planner": planner_url, "executor": executor_url,
                             "judge": judge_url}, slots=slots, train=train, vllm=vllm))
 
+        async def supervise() -> None:
+            """Restart what died (backoff); one that keeps dying stops everything."""
+            try:
+                while True:
+                    try:
+                        await asyncio.to_thread(supervisor.check)
+                    except GaveUp:
+                        raise
+                    except Exception:  # the loop's top: logged, the next round retries
+                        log.exception("stack.supervise_failed")
+                    await asyncio.sleep(SUPERVISE_INTERVAL_S)
+            except GaveUp as exc:
+                gave_up.append(exc)
+                console.print(f"[red]{exc}; stopping everything. The end of its log:[/]\n"
+                              f"{exc.tail}")
+                server.should_exit = True
+
         async def serve() -> None:
             task = asyncio.create_task(server.serve())
             while not server.started and not task.done():
@@ -121,6 +169,7 @@ def up(
             if not server.started:
                 await task
                 return
+            watching = asyncio.create_task(supervise())
             console.print(f"[green]CODA master up[/] at {url}  (dashboard: {url}/)")
             console.print(f"tokens in {home / 'secrets.json'}; logs in {home / 'logs'}; "
                           "Ctrl-C stops everything")
@@ -139,15 +188,18 @@ def up(
                             log.info("stack.start_interrupted", error=str(exc))
                         return
                     starting.result()  # a service that could not start: its error
+                    supervisor.children += stack.children()
                     console.print("[green]model services, worker"
                                   + (", trainer" if train else "") + " up[/]")
                 if demo:
                     await _submit_demo(url, tokens["admin_token"], demo_rollouts,
                                        models if stack is not None else "scienceboard")
                 show = console.is_terminal if live is None else live
-                view = asyncio.create_task(_watch(url, tokens["admin_token"], stack, show))
+                view = asyncio.create_task(_watch(url, tokens["admin_token"], supervisor, show))
                 await task
             finally:
+                supervisor.close()
+                watching.cancel()
                 if view is not None:
                     view.cancel()
                 if not task.done():
@@ -159,13 +211,16 @@ def up(
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve())
         finally:
+            supervisor.close()
             if stack is not None:
                 console.print("stopping the worker, trainer and model services ...")
                 stack.stop()
     console.print("stopped: everything (data kept in " + str(home) + ")")
+    if gave_up:
+        raise typer.Exit(1)
 
 
-async def _watch(url: str, token: str, stack: object, show: bool) -> None:
+async def _watch(url: str, token: str, supervisor: Supervisor, show: bool) -> None:
     """Redraw the live view every 2 s (or log a line every 15 s when not on a terminal)."""
     from rich.live import Live
 
@@ -183,13 +238,12 @@ async def _watch(url: str, token: str, stack: object, show: bool) -> None:
                 version = None
             return report, version
 
-        problems = (lambda: stack.dead()) if stack is not None else (  # type: ignore[attr-defined]
-            lambda: [])
+        problems = supervisor.report
         if not show:
             while True:
                 report, version = await snapshot()
                 log.info("coda.up", summary=one_line(report, version),  # type: ignore[arg-type]
-                         stopped=problems())
+                         restarts=problems())
                 await asyncio.sleep(15)
         with Live(console=console, refresh_per_second=1) as view:
             while True:

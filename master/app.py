@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +18,28 @@ from redis.exceptions import RedisError
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
 from coda.contracts.coverage import CoverageReport
+from coda.contracts.master_api import SupervisedChild
 from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
 from coda.urls import redact_url
-from master import errors, maintenance, shutdown
+from master import errors, maintenance, shutdown, tokens
 from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
 from master.queue.redis_queue import RedisQueue
-from master.routes import admin, artifacts, episodes, groups, models, status, training
+from master.routes import (
+    admin,
+    artifacts,
+    episodes,
+    groups,
+    models,
+    status,
+    training,
+    worker_tokens,
+)
 from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
@@ -51,7 +61,10 @@ def read_coverage(path: str | None) -> CoverageReport | None:
                            f"({type(exc).__name__}: {str(exc)[:300]})") from None
 
 
-def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) -> FastAPI:
+def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
+               supervised: Callable[[], list[SupervisedChild]] | None = None) -> FastAPI:
+    """``supervised``: under ``coda up``, what it runs beside the master (the status shows
+    it)."""
     s = settings or MasterSettings()
     s.check_secrets()
     coverage = read_coverage(s.coverage_file)
@@ -68,8 +81,11 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         core = AppState(settings=s, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
-                        metrics=metrics, coverage=coverage)
+                        metrics=metrics, coverage=coverage, supervised=supervised)
         app.state.core = core
+        core.auth = auth  # revoked worker tokens: loaded now, re-read each maintenance round
+        async with pg.acquire() as conn:
+            auth.set_revoked(await tokens.revocations(conn))
         app.state.settings = s
         holder["core"] = core
         # Everything loaded so far lives as long as the process: keep it out of the cyclic GC's
@@ -98,16 +114,17 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True) 
         await core.redis.ping()
         return {"postgres": "ok", "redis": "ok", "queue_built": str(await core.queue.is_built())}
 
+    auth = token_auth(s)
     app, registry = create_service_app(
         name="CODA master", version=__version__, lifespan=lifespan, ready=ready,
-        max_body_bytes=s.max_body_bytes, auth=token_auth(s),
+        max_body_bytes=s.max_body_bytes, auth=auth,
         description="Batches, episodes, the Redis lease queue, training groups and model versions.",
     )
     metrics = MasterMetrics(registry)
     app.state.settings = s
     for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
                    artifacts.router, groups.router, models.router, status.router,
-                   training.router):
+                   training.router, worker_tokens.router):
         app.include_router(router)
     if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
         app.include_router(admin.router)

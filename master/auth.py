@@ -9,8 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends
 
-from coda.service.auth import ANONYMOUS, TokenAuth, require
+from coda.service.auth import ANONYMOUS, require
 from master.settings import MasterSettings
+from master.tokens import MasterTokenAuth
 
 
 class Role(StrEnum):
@@ -19,11 +20,12 @@ class Role(StrEnum):
     ANONYMOUS = ANONYMOUS
 
 
-def token_auth(settings: MasterSettings) -> TokenAuth:
-    """The master's tokens by role."""
+def token_auth(settings: MasterSettings) -> MasterTokenAuth:
+    """The master's tokens by role (worker tokens revoked at run time refused:
+    :mod:`master.tokens`)."""
     admin, workers = settings.tokens()
-    return TokenAuth({Role.ADMIN: [admin], Role.WORKER: workers},
-                     public_reads=settings.public_status)
+    return MasterTokenAuth({Role.ADMIN: [admin], Role.WORKER: workers}, worker_role=Role.WORKER,
+                           public_reads=settings.public_status)
 
 
 Admin = Annotated[str, Depends(require(Role.ADMIN))]

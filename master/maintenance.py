@@ -10,7 +10,7 @@ import secrets
 import time
 
 from coda.logging import get_logger
-from master import jobs
+from master import jobs, tokens
 from master.metrics import refresh_gauges
 from master.state import AppState
 
@@ -47,6 +47,9 @@ async def run(core: AppState, stop: asyncio.Event) -> None:
     last_gauges = 0.0
     while not stop.is_set():
         try:
+            if core.auth is not None:  # every process: revocations made by another one
+                async with core.pg.acquire() as conn:
+                    core.auth.set_revoked(await tokens.revocations(conn))
             await tick(core, owner=owner)
             if time.monotonic() - last_gauges > GAUGE_INTERVAL_S:
                 if core.metrics is not None:

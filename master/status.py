@@ -45,4 +45,5 @@ async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> Status
                         workers=await worker_rows.list_workers(pg, limit=100),
                         queues=await queue_depths(core), recent_episodes=recent,
                         training=training_rows.summarize(curve), training_curve=curve,
-                        coverage=core.coverage)
+                        coverage=core.coverage,
+                        supervised=core.supervised() if core.supervised else [])

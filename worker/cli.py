@@ -64,7 +64,7 @@ def run(
                          drain_grace_s=drain_grace_s)
     configure_logging(settings.log_level)
     from worker.providers.factory import ProviderConfigError, make_provider
-    from worker.runner import Worker
+    from worker.runner import TokenRefused, Worker
 
     try:
         prov = make_provider(settings.provider, settings.provider_options,
@@ -72,7 +72,12 @@ def run(
     except ProviderConfigError as exc:
         typer.echo(f"coda worker: {exc}", err=True)
         raise typer.Exit(2) from None
-    asyncio.run(serve(Worker(settings, prov)))
+    try:
+        asyncio.run(serve(Worker(settings, prov)))
+    except TokenRefused as exc:
+        typer.echo(f"coda worker: the master refused this worker's token ({exc}); "
+                   "leasing stopped", err=True)
+        raise typer.Exit(3) from None
 
 
 async def serve(worker: Any) -> None:

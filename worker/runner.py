@@ -40,6 +40,11 @@ log = get_logger("worker.runner")
 FOLLOWUP_KINDS = (JobKind.JUDGE, JobKind.GROUP)
 
 
+class TokenRefused(RuntimeError):
+    """The master answered 401/403 to a lease: this worker's token was revoked (or is not a
+    worker token). The worker stops leasing and ends with this error."""
+
+
 class Worker:
     """``await Worker(settings, provider).run(stop_event)``."""
 
@@ -57,6 +62,7 @@ class Worker:
                                        thread_name_prefix="desktop")
         self.worker_id: uuid.UUID | None = None
         self.stopping = asyncio.Event()
+        self.refused: str | None = None  # the master refused our token (401/403): why
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
@@ -78,7 +84,10 @@ class Worker:
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
                      job_slots=self.settings.job_slots, provider=self.settings.provider,
                      kinds=[k.value for k in self.settings.kinds])
-            await stop.wait()
+            waits = {asyncio.create_task(stop.wait()), asyncio.create_task(self.stopping.wait())}
+            _, idle = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in idle:
+                task.cancel()
             await self._drain(slots)
             beat.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a
@@ -88,6 +97,8 @@ class Worker:
                 raise ended
         finally:
             await self.aclose()
+        if self.refused is not None:  # the master refused our token: say so by the exit
+            raise TokenRefused(self.refused)
 
     async def _register(self, stop: asyncio.Event) -> bool:
         delay = 0.5
@@ -100,7 +111,10 @@ class Worker:
                 self.worker_id = w.id
                 return True
             except (httpx.TransportError, ServiceError) as exc:
-                if isinstance(exc, ServiceError) and exc.status in (401, 403, 422):
+                if isinstance(exc, ServiceError) and exc.status in (401, 403):
+                    self._refused(exc)
+                    raise TokenRefused(str(exc.detail)) from None
+                if isinstance(exc, ServiceError) and exc.status == 422:
                     raise
                 log.warning("worker.master_unreachable", url=self.settings.master_url,
                             error=str(exc), retry_in_s=delay)
@@ -179,11 +193,24 @@ class Worker:
         try:
             jobs = lease.result()
         except (httpx.TransportError, ServiceError) as exc:
+            if isinstance(exc, ServiceError) and exc.status in (401, 403):
+                self._refused(exc)  # our token was revoked: lease no more
+                return None
             log.warning("worker.lease_failed", kind=kind.value, error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), 2.0)
             return None
         return jobs[0] if jobs else None
+
+    def _refused(self, exc: ServiceError) -> None:
+        """The master refuses our token (revoked, or not one of its worker tokens): lease no
+        more, say so once, and stop (running jobs end; their leases were given back)."""
+        if self.refused is None:
+            self.refused = str(exc.detail)
+            log.error("worker.token_refused", status=exc.status, detail=str(exc.detail)[:300],
+                      action="leasing stopped: give this worker a valid CODA_WORKER_TOKEN "
+                      "and start it again")
+        self.stopping.set()
 
     def _handler(self, job: Job, slot: int | None,
                  ) -> Callable[[], Coroutine[Any, Any, JobResult]]:

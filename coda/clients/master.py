@@ -34,6 +34,8 @@ from coda.contracts.master_api import (
     StepReport,
     WorkerHeartbeat,
     WorkerRegister,
+    WorkerTokenInfo,
+    WorkerTokenRevoked,
 )
 from coda.contracts.records import Batch, Episode, JobKind, JudgedTrajectoryList, Step, Worker
 from coda.contracts.training import (
@@ -79,6 +81,16 @@ class MasterClient(JsonClient):
     async def worker_heartbeat(self, worker_id: uuid.UUID, busy_slots: int = 0) -> Worker:
         return await self.request("POST", f"/v1/workers/{worker_id}/heartbeat",
                                   WorkerHeartbeat(busy_slots=busy_slots), Worker)
+
+    async def worker_tokens(self) -> list[WorkerTokenInfo]:
+        """The master's worker tokens by fingerprint (admin)."""
+        resp = await self.send("GET", "/v1/admin/worker-tokens", None)
+        return [WorkerTokenInfo.model_validate(t) for t in resp.json()]
+
+    async def revoke_worker_token(self, fingerprint: str) -> WorkerTokenRevoked:
+        """Revoke the worker token of ``fingerprint`` (admin; ``master.tokens``)."""
+        return await self.request("DELETE", f"/v1/admin/worker-tokens/{fingerprint}", None,
+                                  WorkerTokenRevoked)
 
     async def lease(self, worker_id: uuid.UUID, kind: JobKind = JobKind.EPISODE, *,
                     capacity: int = 1, wait_s: float = 0.0) -> list[Job]:

@@ -296,6 +296,14 @@ class EpisodeReplay(BaseModel):
     rewards: list[StepReward] = Field(default_factory=list)
 
 
+class SupervisedChild(BaseModel):
+    """A process ``coda up`` started and restarts when it dies (``coda_app.supervise``)."""
+
+    name: str = Field(max_length=NAME_MAX)
+    running: bool
+    restarts: int = Field(ge=0, description="restarts since `coda up` started")
+
+
 class StatusReport(BaseModel):
     generated_at: datetime
     batches: list[Batch]
@@ -321,3 +329,26 @@ class StatusReport(BaseModel):
     coverage: CoverageReport | None = Field(
         default=None, description="which task files can run with a real verdict on the "
         "workers' image (`coda tasks coverage`, read from CODA_COVERAGE_FILE)")
+    supervised: list[SupervisedChild] = Field(
+        default_factory=list, description="under `coda up`: the processes it started beside "
+        "the master, whether each runs and how often it was restarted")
+
+
+TOKEN_FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"
+"""A worker token's fingerprint: the first 16 hex digits of its SHA-256 (the master and
+``coda admin`` name a token by it; the token itself is never shown or stored)."""
+
+
+class WorkerTokenInfo(BaseModel):
+    """A worker token the master knows (from its settings), by fingerprint."""
+
+    fingerprint: str = Field(pattern=TOKEN_FINGERPRINT_PATTERN)
+    revoked_at: datetime | None = None
+    workers: list[uuid.UUID] = Field(default_factory=list,
+                                     description="workers registered with this token")
+
+
+class WorkerTokenRevoked(WorkerTokenInfo):
+    """What a revocation did: the token's workers and the leases given back to the queue."""
+
+    leases_returned: int = Field(default=0, ge=0)

@@ -68,7 +68,7 @@ class TokenAuth:
 
     def check(self, req: Requirement, authorization: str | None) -> str:
         """The caller's role for ``req``, or :class:`AuthError` (401 / 403)."""
-        token = _bearer_token(authorization)
+        token = bearer_token(authorization)
         if token is None:
             if req.public and self.public_reads:
                 return ANONYMOUS
@@ -81,7 +81,8 @@ class TokenAuth:
         return role
 
 
-def _bearer_token(authorization: str | None) -> str | None:
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
     if not authorization:
         return None
     scheme, _, token = authorization.partition(" ")

@@ -114,6 +114,20 @@ class EmbeddedPostgres:
         )
         return self.url
 
+    def alive(self) -> bool:
+        """Whether its postmaster runs (``coda up``'s supervision)."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return False
+        return process_in(pid, "postgres", self.pgdata) is not None
+
+    def restart(self) -> None:
+        """Start it again on the same port (the master keeps its URL), after a crash."""
+        self.requested_port = self.port or self.requested_port
+        self.port = None
+        self.start()
+
     def stop(self) -> None:
         """Fast shutdown (rolls back open transactions, checkpoints); idempotent."""
         if self.port is None:

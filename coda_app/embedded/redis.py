@@ -104,6 +104,17 @@ class EmbeddedRedis:
         )
         return self.url
 
+    def alive(self) -> bool:
+        """Whether its redis-server runs (``coda up``'s supervision)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def restart(self) -> None:
+        """Start it again on the same port (the master keeps its URL), after a crash; its
+        append-only file brings the data back."""
+        self.requested_port = self.port or self.requested_port
+        self.stop()
+        self.start()
+
     def stop(self) -> None:
         """SIGTERM: redis flushes the append-only file, saves the RDB and exits; idempotent."""
         proc, self._proc, self.port = self._proc, None, None

@@ -8,7 +8,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda.logging import get_logger
@@ -26,6 +26,9 @@ class ServiceUrls:
 
     database_url: str  # postgresql+asyncpg://...
     redis_url: str  # redis://...
+    servers: tuple[EmbeddedPostgres | EmbeddedRedis, ...] = field(default=(), compare=False)
+    """The embedded servers started (none for stores from the environment): ``coda up``
+    supervises them."""
 
 
 class EmbeddedServices:
@@ -57,6 +60,10 @@ class EmbeddedServices:
         url = server.start()
         self._servers.append(server)
         return url
+
+    @property
+    def servers(self) -> list[EmbeddedPostgres | EmbeddedRedis]:
+        return list(self._servers)
 
     def stop(self) -> None:
         """Stop every started server, last started first; idempotent."""
@@ -115,4 +122,5 @@ def embedded_services(
             log.info("redis.external", url=redact_url(redis_url))
         else:
             redis_url = services.start_redis(data_dir)
-        yield ServiceUrls(database_url=database_url, redis_url=redis_url)
+        yield ServiceUrls(database_url=database_url, redis_url=redis_url,
+                          servers=tuple(services.servers))

@@ -132,6 +132,16 @@ class WorkerRow(Base):
     registered_at: Mapped[datetime] = mapped_column(server_default=_now())
     last_heartbeat: Mapped[datetime | None] = mapped_column(index=True)
     busy_slots: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    token_fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The fingerprint of the worker token it registered with (``master.tokens``)."""
+
+
+class WorkerTokenRevocationRow(Base):
+    """A worker token revoked at a running master, by its fingerprint (never the token)."""
+
+    __tablename__ = "worker_token_revocations"
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    revoked_at: Mapped[datetime] = mapped_column(server_default=_now())
 
 
 class GroupRow(Base):

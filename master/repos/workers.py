@@ -23,12 +23,13 @@ def _worker(r: asyncpg.Record) -> Worker:
                   last_heartbeat=r["last_heartbeat"], busy_slots=r["busy_slots"])
 
 
-async def register(conn: Conn, spec: WorkerRegister, *, now: datetime) -> Worker:
+async def register(conn: Conn, spec: WorkerRegister, *, now: datetime,
+                   token_fingerprint: str | None = None) -> Worker:
     row = await conn.fetchrow(
-        "insert into workers (id, name, host, slots, kinds, last_heartbeat) "
-        f"values ($1, $2, $3, $4, $5, $6) returning {_COLS}",
+        "insert into workers (id, name, host, slots, kinds, last_heartbeat, token_fingerprint) "
+        f"values ($1, $2, $3, $4, $5, $6, $7) returning {_COLS}",
         uuid.uuid4(), spec.name, spec.host, spec.slots,
-        {"kinds": [k.value for k in spec.kinds], "apps": spec.apps}, now)
+        {"kinds": [k.value for k in spec.kinds], "apps": spec.apps}, now, token_fingerprint)
     return _worker(row)
 
 

@@ -7,7 +7,7 @@ import contextlib
 import time
 import uuid
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, status
 
 from coda.contracts.master_api import (
     JobComplete,
@@ -22,7 +22,7 @@ from coda.contracts.master_api import (
     StepReport,
 )
 from coda.service import error_responses
-from master import jobs
+from master import jobs, tokens
 from master.auth import Admin, Reader, WorkerAuth
 from master.repos import jobs as job_rows
 from master.repos import workers
@@ -58,7 +58,8 @@ async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
 
 
 @router.post("/lease", responses=error_responses(404))
-async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseResponse:
+async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
+                     request: Request) -> LeaseResponse:
     """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
     (a master that is stopping answers at once, with no job)."""
     if not await _registered(core, body.worker_id):
@@ -82,6 +83,9 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth) -> LeaseRes
     finally:
         if core.metrics and waiting:
             core.metrics.lease_polls.dec()
+    # a worker token revoked during this long poll: what it got goes back at once
+    got = await tokens.unless_revoked(core.pg, core.queue, request.app.state.auth,
+                                      request.headers.get("authorization"), got)
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
     return LeaseResponse(jobs=got)

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from coda.contracts.master_api import WorkerHeartbeat, WorkerRegister
 from coda.contracts.records import Worker
 from coda.service import error_responses
+from coda.service.auth import bearer_token
 from master.auth import Reader, WorkerAuth
 from master.repos import workers
 from master.state import State
+from master.tokens import fingerprint
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
 
 @router.post("", status_code=201)
-async def register_worker(body: WorkerRegister, core: State, _: WorkerAuth) -> Worker:
-    """Register a worker (a VM server with ``slots`` environments)."""
-    return await workers.register(core.pg, body, now=core.clock.now())
+async def register_worker(body: WorkerRegister, request: Request, core: State,
+                          _: WorkerAuth) -> Worker:
+    """Register a worker (a VM server with ``slots`` environments); the master records the
+    fingerprint of its token (a revocation gives back the leases of its workers)."""
+    token = bearer_token(request.headers.get("authorization"))
+    return await workers.register(core.pg, body, now=core.clock.now(),
+                                  token_fingerprint=fingerprint(token) if token else None)
 
 
 @router.post("/{worker_id}/heartbeat", responses=error_responses(404))

@@ -106,9 +106,10 @@ def _up_embedded(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     port = free_port()
 
-    def start() -> subprocess.Popen[str]:
+    def start(*demo: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
-                                 "--demo-rollouts", "1", "--master-only"], cwd=ROOT, env=env,
+                                 "--demo-rollouts", "1", "--master-only", *demo], cwd=ROOT,
+                                env=env,
                                 text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -133,7 +134,7 @@ def _up_embedded(home: Path) -> None:
         assert proc.returncode == 0, output
         return output
 
-    proc = start()
+    proc = start("--demo")  # a master for remote VM servers queues the demo only when asked
     page = httpx.get(f"http://127.0.0.1:{port}/").text
     assert "scienceboard-demo" in page
     batch = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["items"][0]
@@ -142,10 +143,60 @@ def _up_embedded(home: Path) -> None:
     assert "postgres.stopped" in out and "redis.stopped" in out
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-    proc = start()  # a second start keeps the data
+    proc = start("--demo")  # a second start keeps the data
     again = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()
     assert again["total"] == 1 and again["items"][0]["id"] == batch["id"]
     assert "already submitted" in ctrl_c(proc)
+    proc = start()  # --master-only without --demo: no demo batch is queued, nor looked for
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["total"] == 1
+    # supervision: the embedded stores killed outright are started again on their ports
+    for name, pidfile in (("redis", home / "redis" / "redis.pid"),
+                          ("postgres", home / "postgres" / "postmaster.pid")):
+        os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+        wait_for(lambda n=name: _restarts(port).get(n) == 1 and _restarts(port),
+                 f"coda up restarting the embedded {name}", 120, interval=0.5,
+                 gone=exited(proc, "coda up"))
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["total"] == 1
+    out = ctrl_c(proc)
+    assert "demo batch" not in out
+    assert "stack.child_restarted" in out
+
+
+def _restarts(port: int) -> dict[str, int]:
+    """Restarts per supervised process from the master's status (read without a token)."""
+    resp = httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=5)
+    if resp.status_code != 200:
+        return {}
+    return {c["name"]: c["restarts"] for c in resp.json()["supervised"] if c["running"]}
+
+
+@pytest.mark.slow
+def test_up_gives_up_on_a_store_that_keeps_dying():
+    """The embedded Redis killed again after each restart: restarted 5 times (backoff 1, 2,
+    4, 8, 16 s), the 6th death within 5 minutes stops everything: exit 1 with its log's tail."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    port = free_port()
+    with embedded_data_dir() as home:
+        proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
+                                 "--master-only", "--no-live"], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: "redis" in _restarts(port), "coda up's master", 120,
+                     interval=0.3, gone=exited(proc, "coda up"))
+            pidfile = home / "redis" / "redis.pid"
+            for n in range(1, 7):
+                os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+                if n < 6:
+                    wait_for(lambda n=n: _restarts(port).get("redis") == n,
+                             f"redis restarted {n}x", 120, interval=0.3,
+                             gone=exited(proc, "coda up"))
+            output, _ = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, output
+    flat = " ".join(output.split())
+    assert "redis died 6 times within 300 s: giving up" in flat, output[-3000:]
+    assert "stack.gave_up" in output and "stopped: everything" in output
 
 
 def _up_output(env: dict[str, str], *args: str, tty: bool) -> str:

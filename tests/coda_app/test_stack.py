@@ -56,3 +56,15 @@ def test_live_view_counts_live_workers_and_finished_episodes() -> None:
     assert s["success_pct"] == 33.3
     assert "3/4 done" in one_line(report, "grpo-000001")
     assert render(report, url="http://m", planner_version=None, problems=["worker"])
+
+
+def test_live_view_says_what_was_restarted() -> None:
+    from rich.console import Console
+
+    report = StatusReport(generated_at=datetime.now(UTC), batches=[], scores=[], workers=[],
+                          queues=[], recent_episodes=[])
+    console = Console(width=200, record=True)
+    console.print(render(report, url="http://m", planner_version=None,
+                         problems=["planner: restarted 1x", "redis: down, restart 2 in 2 s"]))
+    text = console.export_text()
+    assert "restarts: planner: restarted 1x; redis: down, restart 2 in 2 s" in text

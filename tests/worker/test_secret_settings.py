@@ -25,7 +25,7 @@ def test_worker_settings_keep_tokens_out_of_the_repr() -> None:
 
 
 def test_provider_options_become_secrets() -> None:
-    options = {"host": "vc", "user": "u", "password": SECRET, "vm_names": ["a"],
+    options = {"host": "vc", "user": "u", "password": SECRET, "mode": "revert", "vm_names": ["a"],
                "guest_token": SECRET}
     provider = make_provider("vsphere", options)
     assert isinstance(provider, VsphereProvider)
