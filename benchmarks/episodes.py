@@ -78,7 +78,7 @@ def replay_services(artifacts: Path, work: Path, token: str) -> Iterator[tuple[s
 def worker_process(master: Master, planner: str, executor: str, token: str, slots: int,
                    log_path: Path, provider: str = "local",
                    provider_options: dict[str, Any] | None = None,
-                   ) -> Iterator[subprocess.Popen[bytes]]:
+                   log_level: str = "WARNING") -> Iterator[subprocess.Popen[bytes]]:
     env = {"CODA_WORKER_PROVIDER": provider,
            "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(provider_options or {}),
            "CODA_WORKER_MASTER_URL": master.url,
@@ -86,7 +86,7 @@ def worker_process(master: Master, planner: str, executor: str, token: str, slot
            "CODA_WORKER_EXECUTOR_URL": executor, "CODA_WORKER_SERVICE_TOKEN": token,
            "CODA_WORKER_SLOTS": str(slots), "CODA_WORKER_JOB_SLOTS": "0",
            "CODA_WORKER_KINDS": "episode", "CODA_WORKER_LEASE_WAIT_S": "1",
-           "CODA_WORKER_LOG_LEVEL": "WARNING", "CODA_LOG_FORMAT": "json"}
+           "CODA_WORKER_LOG_LEVEL": log_level, "CODA_LOG_FORMAT": "json"}
     proc = start_process([sys.executable, "-m", "worker.cli"], env=env, log=log_path, cwd=ROOT)
     try:
         yield proc

@@ -44,6 +44,9 @@ class DockerSettings:
     network: str | None = None  # a network to attach to (default: the engine's bridge)
     mem_limit: str | None = None  # a memory limit per container, e.g. "2g"
     cpu_limit: float | None = None  # a CPU limit per container, in cores
+    # the container's parent cgroup ("{slot}" replaced by the slot): e.g. "/coda-desktop-{slot}"
+    # gives each desktop its own CPU weight beside the host's processes (cgroup v1, cgroupfs)
+    cgroup_parent: str | None = None
     shm_size: str = "256m"  # /dev/shm (Chromium-based help views, Qt)
     close_timeout_s: float = 10.0  # revert: wait this long for the windows to close
 

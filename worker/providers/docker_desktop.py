@@ -82,7 +82,9 @@ class ContainerDesktop(ContainerSlot):
                 ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),
                        f"{APPS_PORT}/tcp": (self.s.bind_host, None)},
                 network=self.s.network, mem_limit=self.s.mem_limit, shm_size=self.s.shm_size,
-                nano_cpus=int(self.s.cpu_limit * 1e9) if self.s.cpu_limit else None)
+                nano_cpus=int(self.s.cpu_limit * 1e9) if self.s.cpu_limit else None,
+                cgroup_parent=(self.s.cgroup_parent.format(slot=self.slot)
+                               if self.s.cgroup_parent else None))
             self.container.reload()
             bound = self.container.attrs["NetworkSettings"]["Ports"]
             self.ports = {name: int(bound[f"{port}/tcp"][0]["HostPort"])
