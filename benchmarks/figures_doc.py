@@ -196,6 +196,52 @@ SECTIONS: tuple[Section, ...] = (
         ),
         when=("date",),
     ),
+    Section(
+        "A fleet: failover and rolling upgrade (three VM servers, one master)", "fleet.json",
+        "python -m benchmarks.fleet",
+        (
+            F("kill -> its episode queued again (lease TTL 10 s)", "failover",
+              "time_to_requeue_s", unit="s", digits=1),
+            F("kill -> leased by another server", "failover", "time_to_re_lease_s", unit="s",
+              digits=1),
+            F("failover: episodes lost", "failover", "episodes_lost", digits=0),
+            F("failover: episodes doubled", "failover", "episodes_doubled", digits=0),
+            F("failover: judge jobs per episode", "failover", "judge_jobs_per_episode",
+              digits=0),
+            F("drain (SIGTERM) to the worker gone", "rolling_upgrade", "drain_s", unit="s",
+              digits=1),
+            F("upgrade: episodes re-queued", "rolling_upgrade", "episodes_requeued", digits=0),
+            F("upgrade: episodes lost", "rolling_upgrade", "episodes_lost", digits=0),
+            F("coda up: planner killed -> ready again (first restart)", "supervise",
+              "restarts", 0, "kill_to_ready_s", unit="s", digits=1),
+        ),
+        when=("failover", "date"),
+    ),
+    Section(
+        "A fleet: capacity of one VM server (desktop containers vs local desktops)",
+        "fleet.json", "python -m benchmarks.capacity",
+        tuple(F(f"{n} slots: container / local episodes per minute", "capacity", "curve", i,
+                "ratio") for i, n in enumerate((1, 2, 4, 8)))
+        + (F("target ratio", "capacity", "ratio_target"),),
+        when=("capacity", "at"),
+    ),
+    Section(
+        "A fleet: the master at 10,000 slots and past its capacity", "fleet.json",
+        "python -m benchmarks.master_load --fleet-key NAME",
+        (
+            F("10,000 slots, paper cadence, 2 processes: p99", "master_scale",
+              "slots_10000_2_processes", "p99_ms", unit="ms", digits=0),
+            F("... errors", "master_scale", "slots_10000_2_processes", "errors", digits=0),
+            F("... the same run repeated: p99", "master_scale",
+              "slots_10000_2_processes_repeat", "p99_ms", unit="ms", digits=0),
+            F("10,000 slots, 1 process: p99", "master_scale", "slots_10000", "p99_ms",
+              unit="ms", digits=0),
+            F("2,000 slots, fast cadence, shedding on: p99", "master_scale",
+              "fast_2000_shedding_quiet_machine", "p99_ms", unit="ms", digits=0),
+            F("2,000 slots, fast cadence, shedding off: p99", "master_scale",
+              "fast_2000_no_shedding_quiet_machine", "p99_ms", unit="ms", digits=0),
+        ),
+    ),
 )
 
 
