@@ -220,9 +220,9 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "A fleet: capacity of one VM server (desktop containers vs local desktops)",
         "fleet.json", "python -m benchmarks.capacity",
-        tuple(F(f"{n} slots: container / local episodes per minute", "capacity", "curve", i,
-                "ratio") for i, n in enumerate((1, 2, 4, 8)))
-        + (F("target ratio", "capacity", "ratio_target"),),
+        (*(F(f"{n} slots: container / local episodes per minute", "capacity", "curve", i,
+             "ratio") for i, n in enumerate((1, 2, 4, 8))),
+         F("target ratio", "capacity", "ratio_target")),
         when=("capacity", "at"),
     ),
     Section(

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +22,8 @@ import httpx
 import psutil
 import pytest
 
-from coda.procs import free_port, stop_process
-from coda.urls import to_plain_postgres_url
-from tests.fixtures.master import EXAMPLES, ROOT
+from tests.fixtures.codaup import CodaUp, running_coda_up
+from tests.fixtures.master import EXAMPLES
 from tests.fixtures.waiting import exited, log_tails, wait_for
 
 pytestmark = pytest.mark.slow
@@ -36,28 +33,10 @@ C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 
 @pytest.fixture
 def coda_up(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
-            tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, dict[str, str], Path]]:
-    home = tmp_path / "coda"
-    logs = home / "logs"
-    logs.mkdir(parents=True)
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": to_plain_postgres_url(fresh_database_url),
-           "REDIS_URL": fresh_redis_url, "CODA_REDIS_PREFIX": f"sup-{secrets.token_hex(4)}",
-           "CODA_LOG_FORMAT": "json"}
-    out = (logs / "up.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_app.cli", "up", "--home", str(home), "--port", str(port),
-         "--models", "replay", "--no-live", "--slots", "1"],
-        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: b"model services, worker up" in (logs / "up.log").read_bytes(),
-                 "coda up with its services and worker", 600, interval=0.5,
-                 gone=exited(proc, "coda up"), logs=lambda: log_tails(logs.glob("*.log")))
-        tokens = json.loads((home / "secrets.json").read_text())
-        yield proc, f"http://127.0.0.1:{port}", tokens, logs
-    finally:
-        stop_process(proc, timeout=180, sig=signal.SIGINT)
-        out.close()
+            tmp_path: Path) -> Iterator[CodaUp]:
+    with running_coda_up(tmp_path / "coda", ["--models", "replay", "--slots", "1"],
+                         database_url=fresh_database_url, redis_url=fresh_redis_url) as up:
+        yield up
 
 
 def _planner_pid(up: subprocess.Popen[bytes]) -> int:
@@ -67,8 +46,8 @@ def _planner_pid(up: subprocess.Popen[bytes]) -> int:
 
 
 def test_a_planner_killed_mid_episode_is_restarted_and_the_episode_completes(
-        coda_up: tuple[subprocess.Popen[bytes], str, dict[str, str], Path]) -> None:
-    up, url, tokens, logs = coda_up
+        coda_up: CodaUp) -> None:
+    up, url, tokens, logs = coda_up.proc, coda_up.url, coda_up.tokens, coda_up.logs
     http = httpx.Client(base_url=url, timeout=60,
                         headers={"authorization": f"Bearer {tokens['admin_token']}"})
 

@@ -6,12 +6,9 @@ does the same with the replay planner service."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from coda.procs import free_port, stop_process
-from coda.urls import to_plain_postgres_url
-from tests.fixtures.master import ROOT
+from tests.fixtures.codaup import CodaUp, running_coda_up
 from tests.fixtures.waiting import exited, log_tails, wait_for
 from tests.vllm.conftest import require_vllm
 
@@ -34,29 +29,11 @@ WAIT_S = 900.0
 
 @pytest.fixture
 def coda_up_vllm(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
-                 tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, str, Path]]:
+                 tmp_path: Path) -> Iterator[CodaUp]:
     require_vllm()
-    home = tmp_path / "coda"
-    logs = home / "logs"
-    logs.mkdir(parents=True)
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": to_plain_postgres_url(fresh_database_url),
-           "REDIS_URL": fresh_redis_url, "CODA_REDIS_PREFIX": f"supv-{secrets.token_hex(4)}",
-           "CODA_LOG_FORMAT": "json"}
-    out = (logs / "up.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_app.cli", "up", "--home", str(home), "--port", str(port),
-         "--vllm", "--no-live", "--slots", "1"],
-        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: b"model services, worker up" in (logs / "up.log").read_bytes(),
-                 "coda up --vllm with its servers, services and worker", WAIT_S, interval=1.0,
-                 gone=exited(proc, "coda up"), logs=lambda: log_tails(logs.glob("*.log")))
-        token = json.loads((home / "secrets.json").read_text())["admin_token"]
-        yield proc, f"http://127.0.0.1:{port}", token, logs
-    finally:
-        stop_process(proc, timeout=180, sig=signal.SIGINT)
-        out.close()
+    with running_coda_up(tmp_path / "coda", ["--vllm", "--slots", "1"], timeout=WAIT_S,
+                         database_url=fresh_database_url, redis_url=fresh_redis_url) as up:
+        yield up
 
 
 def _planner_vllm(up: subprocess.Popen[bytes]) -> psutil.Process:
@@ -71,8 +48,9 @@ def _planner_vllm(up: subprocess.Popen[bytes]) -> psutil.Process:
 
 
 def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_completes(
-        coda_up_vllm: tuple[subprocess.Popen[bytes], str, str, Path]) -> None:
-    up, url, token, logs = coda_up_vllm
+        coda_up_vllm: CodaUp) -> None:
+    up, url, logs = coda_up_vllm.proc, coda_up_vllm.url, coda_up_vllm.logs
+    token = coda_up_vllm.tokens["admin_token"]
     http = httpx.Client(base_url=url, timeout=60, headers={"authorization": f"Bearer {token}"})
 
     def logs_now() -> str:
