@@ -136,9 +136,10 @@ def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
 
 
 def master_settings(args: argparse.Namespace) -> dict[str, str]:
-    """``--master-env KEY=VALUE`` options: settings of the started master."""
+    """``--master-env KEY=VALUE`` options: settings of the started master (none when the
+    calling benchmark has no such option: episodes, capacity, master_batch)."""
     out = {}
-    for item in args.master_env:
+    for item in getattr(args, "master_env", None) or []:
         key, sep, value = item.partition("=")
         if not sep or not key.startswith("CODA_"):
             raise SystemExit(f"--master-env {item!r}: expected CODA_SETTING=value")
