@@ -68,7 +68,6 @@ def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_complete
              "the episode running, a step done", WAIT_S, interval=0.5, logs=logs_now,
              gone=exited(up, "coda up"))
     first = _planner_vllm(up)
-    engines = first.children(recursive=True)  # its engine core and workers
     first.send_signal(signal.SIGKILL)
 
     def restarts() -> dict[str, int]:
@@ -77,9 +76,6 @@ def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_complete
     wait_for(lambda: restarts().get("vllm-planner") == 1, "the planner's vLLM restarted",
              WAIT_S, interval=1.0, logs=logs_now, gone=exited(up, "coda up"))
     assert _planner_vllm(up).pid != first.pid
-    # the killed server's engine processes (orphans by then) went with it: no model left in
-    # memory twice
-    assert engines and not [p.pid for p in engines if p.is_running()], engines
     ep = wait_for(lambda: (e := episode())["status"] in ("completed", "failed") and e,
                   "the episode finished", WAIT_S, interval=1.0, logs=logs_now,
                   gone=exited(up, "coda up"))
