@@ -6,6 +6,7 @@ does the same with the replay planner service."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,7 +69,11 @@ def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_complete
              "the episode running, a step done", WAIT_S, interval=0.5, logs=logs_now,
              gone=exited(up, "coda up"))
     first = _planner_vllm(up)
-    first.send_signal(signal.SIGKILL)
+    # a crash of the server and its engine processes (as tests/vllm/conftest.py's kill): a
+    # server killed alone leaves its engine core and workers orphaned (known, not yet fixed)
+    for proc in [first, *first.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)
 
     def restarts() -> dict[str, int]:
         return {c["name"]: c["restarts"] for c in http.get("/v1/status").json()["supervised"]}
