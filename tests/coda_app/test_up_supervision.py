@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
@@ -47,20 +46,16 @@ def _planner_pid(up: subprocess.Popen[bytes]) -> int:
 
 def test_a_planner_killed_mid_episode_is_restarted_and_the_episode_completes(
         coda_up: CodaUp) -> None:
-    up, url, tokens, logs = coda_up.proc, coda_up.url, coda_up.tokens, coda_up.logs
-    http = httpx.Client(base_url=url, timeout=60,
-                        headers={"authorization": f"Bearer {tokens['admin_token']}"})
+    up, logs = coda_up.proc, coda_up.logs
+    http = coda_up.admin()
 
     def logs_now() -> str:
         return log_tails(logs.glob("*.log"))
 
-    created = http.post("/v1/batches", json={"name": "supervised", "tasks": [C02],
-                                             "judge": "never", "max_attempts": 3}).json()
-    [episode_id] = created["episode_ids"]
+    episode_id = coda_up.submit_one(http, "supervised", C02)
 
     def episode() -> dict[str, Any]:
-        return http.get(f"/v1/episodes/{episode_id}",
-                        params={"steps": "true"}).json()  # type: ignore[no-any-return]
+        return coda_up.episode(http, episode_id)
 
     wait_for(lambda: (e := episode())["status"] == "running" and e["steps"],
              "the episode running, a step done", 300, interval=0.2, logs=logs_now,
@@ -69,7 +64,7 @@ def test_a_planner_killed_mid_episode_is_restarted_and_the_episode_completes(
     os.kill(first, signal.SIGKILL)
 
     def restarts() -> dict[str, int]:
-        return {c["name"]: c["restarts"] for c in http.get("/v1/status").json()["supervised"]}
+        return coda_up.restarts(http)
 
     wait_for(lambda: restarts().get("planner") == 1, "the planner restarted", 120,
              interval=0.5, logs=logs_now, gone=exited(up, "coda up"))

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
@@ -50,20 +49,16 @@ def _planner_vllm(up: subprocess.Popen[bytes]) -> psutil.Process:
 
 def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_completes(
         coda_up_vllm: CodaUp) -> None:
-    up, url, logs = coda_up_vllm.proc, coda_up_vllm.url, coda_up_vllm.logs
-    token = coda_up_vllm.tokens["admin_token"]
-    http = httpx.Client(base_url=url, timeout=60, headers={"authorization": f"Bearer {token}"})
+    up, logs = coda_up_vllm.proc, coda_up_vllm.logs
+    http = coda_up_vllm.admin()
 
     def logs_now() -> str:
         return log_tails(logs.glob("*.log"), 3000)
 
-    created = http.post("/v1/batches", json={"name": "supervised-vllm", "tasks": [TASK],
-                                             "judge": "never", "max_attempts": 3}).json()
-    [episode_id] = created["episode_ids"]
+    episode_id = coda_up_vllm.submit_one(http, "supervised-vllm", TASK)
 
     def episode() -> dict[str, Any]:
-        return http.get(f"/v1/episodes/{episode_id}",
-                        params={"steps": "true"}).json()  # type: ignore[no-any-return]
+        return coda_up_vllm.episode(http, episode_id)
 
     wait_for(lambda: (e := episode())["status"] == "running" and e["steps"],
              "the episode running, a step done", WAIT_S, interval=0.5, logs=logs_now,
@@ -76,7 +71,7 @@ def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_complete
             proc.send_signal(signal.SIGKILL)
 
     def restarts() -> dict[str, int]:
-        return {c["name"]: c["restarts"] for c in http.get("/v1/status").json()["supervised"]}
+        return coda_up_vllm.restarts(http)
 
     wait_for(lambda: restarts().get("vllm-planner") == 1, "the planner's vLLM restarted",
              WAIT_S, interval=1.0, logs=logs_now, gone=exited(up, "coda up"))
