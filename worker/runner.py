@@ -237,6 +237,7 @@ class Worker:
 
     async def _run_job(self, job: Job, slot: int | None) -> None:
         started = time.monotonic()
+        down: str | None = None  # a model service the attempt failed for: wait for it after
         work: asyncio.Task[JobResult] = asyncio.create_task(self._handler(job, slot)())
         self.running[job.id] = work
         lost = self.leases.hold(job, work)  # one batched heartbeat keeps every lease
@@ -255,8 +256,7 @@ class Worker:
             log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value, detail=str(exc))
         except AttemptFailed as exc:
             await self._fail(job, f"{exc.reason}: {exc.detail}", retry=exc.retry)
-            if exc.service is not None:
-                await self._await_service(exc.service)
+            down = exc.service
         except JobRefused as exc:
             await self._fail(job, f"refused: {exc}", retry=False)
         except asyncio.CancelledError:
@@ -276,6 +276,8 @@ class Worker:
         finally:
             self.leases.drop(job.id)
             self.running.pop(job.id, None)
+        if down is not None:  # the job is given back: its lease is no longer kept meanwhile
+            await self._await_service(down)
 
     async def _fail(self, job: Job, error: str, *, retry: bool) -> None:
         self.failed[job.kind] += 1

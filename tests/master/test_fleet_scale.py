@@ -20,15 +20,6 @@ from tests.fixtures.waiting import wait_for, wait_for_async
 from tests.master.conftest import submit
 
 
-def _requests(master, route: str) -> float:  # type: ignore[no-untyped-def]
-    """http_requests_total of one route (all codes) on one master process."""
-    total = 0.0
-    for line in httpx.get(f"{master.url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("http_requests_total{") and f'route="{route}"' in line:
-            total += float(line.split()[-1])
-    return total
-
-
 async def test_one_call_heartbeats_every_lease_and_names_the_lost(master, admin, wclient,
                                                                    worker):
     await submit(admin, n_tasks=2, rollouts=2)
@@ -48,8 +39,8 @@ async def test_one_call_heartbeats_every_lease_and_names_the_lost(master, admin,
         assert statuses[2] == "leased" if beat_no == 0 else statuses[2] in ("leased", "queued")
         assert got.leases[0].lease_expires_at is not None
         master.advance_clock(1)
-    assert _requests(master, "/v1/jobs/heartbeat") == 3
-    assert _requests(master, "/v1/jobs/{job_id}/heartbeat") == 0
+    assert master.requests("/v1/jobs/heartbeat") == 3
+    assert master.requests("/v1/jobs/{job_id}/heartbeat") == 0
     # the kept leases still hold (and the old per-job route still answers)
     for job in (a, d):
         await wclient.heartbeat(job)
@@ -94,9 +85,9 @@ async def test_the_worker_keeps_all_its_leases_with_one_call(master, admin, wcli
     keeper = LeaseKeeper(wclient, interval_s=3600, batch_max=2)
     works = [asyncio.create_task(asyncio.Event().wait()) for _ in jobs]
     lost = [keeper.hold(job, work) for job, work in zip(jobs, works, strict=True)]
-    before = _requests(master, "/v1/jobs/heartbeat")
+    before = master.requests("/v1/jobs/heartbeat")
     assert await keeper.beat() == 0
-    assert _requests(master, "/v1/jobs/heartbeat") == before + 2  # 3 leases, 2 per call
+    assert master.requests("/v1/jobs/heartbeat") == before + 2  # 3 leases, 2 per call
     await wclient.complete(jobs[1], EpisodeResult(success=True))  # the lease ends elsewhere
     master.advance_clock(1.5)  # within the 2 s TTL the beat extended
     assert await keeper.beat() == 1

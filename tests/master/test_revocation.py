@@ -158,7 +158,7 @@ def test_a_worker_whose_token_is_revoked_stops_leasing_and_says_why(two_token_ma
         assert worker.proc.wait(60) == 3, worker.log()
     finally:
         worker.stop()
-    log = worker.log()
+    log = worker.full_log()
     assert log.count("worker.token_refused") == 1 and "revoked" in log, log
     assert BAD not in log
     # started again with the revoked token (compose restarts it): refused at registration,
@@ -168,7 +168,7 @@ def test_a_worker_whose_token_is_revoked_stops_leasing_and_says_why(two_token_ma
         assert worker.proc is not None and worker.proc.wait(60) == 3, worker.log()
     finally:
         worker.stop()
-    assert worker.log().count("worker.token_refused") == 2
+    assert worker.full_log().count("worker.token_refused") == 2
 
 
 def test_coda_admin_lists_and_revokes_by_token_file(two_token_master, tmp_path):

@@ -69,8 +69,8 @@ def test_vllm_killed_under_a_running_episode(
                  "a first step", WAIT_S, logs=worker.log, gone=worker.exited)
         vllm_server.kill()
         try:
-            wait_for(lambda: '"service_unavailable' in worker.log()
-                     or '"service_unreachable' in worker.log(),
+            wait_for(lambda: '"service_unavailable' in worker.full_log()
+                     or '"service_unreachable' in worker.full_log(),
                      "the attempt failed for the model server", WAIT_S, logs=worker.log,
                      gone=worker.exited)
         finally:
@@ -78,7 +78,7 @@ def test_vllm_killed_under_a_running_episode(
         ep = wait_for(lambda: (e := rest.episode(episode_id))["status"]
                       in ("completed", "failed") and e, "the episode's end", WAIT_S,
                       logs=worker.log, gone=worker.exited)
-        log = worker.log()
+        log = worker.full_log()
     failed = [json.loads(line) for line in log.splitlines()
               if line.startswith("{") and '"job.failed"' in line]
     assert failed and failed[0]["retry"] is True, log

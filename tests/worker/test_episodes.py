@@ -8,7 +8,9 @@ applications, the worker as a real process.
   a group job samples G plans at a step and scores them;
 - faults: a worker killed with SIGKILL mid-episode (another worker finishes it after the lease
   expires, once, without duplicate steps), a desktop killed mid-episode (the attempt fails with
-  its reason, is requeued, the slot recovers), SIGTERM (running episodes drain).
+  its reason, is requeued, the slot recovers), the planner service killed mid-episode (the
+  slot waits for it without keeping the given-back job's lease), SIGTERM (running episodes
+  drain).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any
 import pytest
 
 from coda.logging import get_logger
-from tests.fixtures.master import EXAMPLES, MasterProcess
-from tests.fixtures.services import RunningService
+from coda_app.services import ServiceProcess, running_services
+from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
+from tests.fixtures.services import RunningService, Store, planner_settings
 from tests.fixtures.waiting import wait_for
 from worker.providers.image import grassdata
 
@@ -34,6 +37,7 @@ log = get_logger(__name__)
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
 KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
+REPLAYS = ROOT / "examples" / "replays"
 GRASS_A03 = json.loads((EXAMPLES / "VM" / "GrassGIS" / "A-03.json").read_text())
 EPISODE_TIMEOUT = 240.0
 
@@ -224,7 +228,7 @@ def test_worker_killed_mid_episode_another_worker_finishes_it_once(
     for steps in by_attempt.values():  # one row per (attempt, index)
         assert len({s["index"] for s in steps}) == len(steps)
     _assert_c02_solved(ep, attempt=2)
-    assert "job.completed" in second.log() and "job.completed" not in first.log()
+    assert "job.completed" in second.full_log() and "job.completed" not in first.full_log()
 
 
 def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
@@ -238,13 +242,53 @@ def test_desktop_killed_mid_episode_fails_the_attempt_and_the_slot_recovers(
         for p in xvfb:
             p.kill()
         ep = _wait_episode(rest, episode_id, worker)
-        log = worker.log()
+        log = worker.full_log()
     assert rest.job(ep["job_id"])["attempts"] == 2
     failed = [json.loads(line) for line in log.splitlines()
               if line.startswith("{") and '"job.failed"' in line]
     assert failed and failed[0]["retry"] is True, log
     assert failed[0]["error"].split(":")[0] in ("x_crashed", "agent_gone", "not_answering",
                                                 "blank_screen", "guest_error"), failed
+    _assert_c02_solved(ep, attempt=2)
+
+
+def test_planner_killed_mid_episode_the_slot_waits_without_keeping_the_lease(
+        wmaster: MasterProcess, replay_services: tuple[str, str], service_store: Store,
+        judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
+    """The planner service dies (SIGKILL) mid-episode: the attempt fails
+    (``service_unreachable``, retryable), the job goes back to the queue, and the slot waits
+    for the planner's ``/readyz`` with no lease kept meanwhile (a lease kept for a job already
+    given back was heartbeated as lost twice a second, flooding the log, until the planner was
+    back). With the planner restarted on its port, the next attempt solves the task."""
+    planner = ServiceProcess.of("planner", planner_settings(
+        REPLAYS / "demo.planner.json", service_store, tmp_path, backend="replay"),
+        tmp_path / "planner.log")
+    rest = Rest(wmaster)
+    episode_id = rest.submit([C02], judge="never")["episode_ids"][0]
+    env = worker_env(wmaster, planner.url, replay_services[1], judge_service.url)
+    with running_services(planner), running_worker(env, tmp_path / "worker.log") as worker:
+        _wait_steps(rest, episode_id, 1, worker)
+        assert planner.proc is not None
+        planner.proc.kill()
+        planner.proc.wait(30)
+        wait_for(lambda: '"worker.service_waiting"' in worker.full_log(), "the slot waiting", 120,
+                 logs=worker.log, gone=worker.exited)
+        beats = wmaster.requests("/v1/workers/{worker_id}/heartbeat")
+        leases = wmaster.requests("/v1/jobs/heartbeat")
+        wait_for(lambda: wmaster.requests("/v1/workers/{worker_id}/heartbeat") >= beats + 3,
+                 "three worker heartbeats while the slot waits", 60, logs=worker.log,
+                 gone=worker.exited)
+        assert wmaster.requests("/v1/jobs/heartbeat") == leases  # no lease held, no beat
+        assert rest.job(rest.episode(episode_id)["job_id"])["status"] == "queued"
+        planner.restart()
+        ep = _wait_episode(rest, episode_id, worker)
+        log = worker.full_log()
+    assert '"job.lease_lost_on_heartbeat"' not in log and '"worker.service_ready"' in log
+    failed = [json.loads(line) for line in log.splitlines()
+              if line.startswith("{") and '"job.failed"' in line]
+    assert [(f["retry"], f["error"].split(":")[0]) for f in failed] == [
+        (True, "service_unreachable")], failed
+    assert rest.job(ep["job_id"])["attempts"] == 2
     _assert_c02_solved(ep, attempt=2)
 
 
@@ -261,7 +305,7 @@ def test_sigterm_lets_the_running_episode_finish(
         worker.stop()
     ep = rest.episode(episode_id)
     _assert_c02_solved(ep, attempt=1)
-    assert '"given_back": 0' in worker.log()
+    assert '"given_back": 0' in worker.full_log()
 
 
 def test_sigterm_past_the_grace_period_gives_the_episode_back(

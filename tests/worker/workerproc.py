@@ -70,7 +70,12 @@ class WorkerProcess:
                 p.kill()
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
+        """Its log's last 6,000 characters (for a failure's message)."""
+        return self.full_log()[-6000:]
+
+    def full_log(self) -> str:
+        """All of its log (for assertions on what it logged)."""
+        return self.log_path.read_text(errors="replace")
 
     def exited(self) -> str | None:
         """Why a wait on its work ends early (``gone`` of :func:`wait_for`): it exited."""
