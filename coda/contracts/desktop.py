@@ -188,6 +188,34 @@ class CloseAppsReply(_Model):
     windows: list[WindowInfo]
 
 
+class CommandReply(BaseModel):
+    """A command run to completion by ``/setup/execute`` (OSWorld's ``/execute``, answered by
+    both agents): ``returncode`` None where the server did not say (unknown fields of
+    OSWorld's server are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: str = Field(default="success", max_length=64)
+    output: str = ""
+    error: str = ""
+    returncode: int | None = Field(default=None, ge=-INT32_MAX, le=INT32_MAX)
+
+    @property
+    def ok(self) -> bool:
+        """It ran and exited 0."""
+        return self.status == "success" and self.returncode == 0
+
+
+class CheckReply(_Model):
+    """A ScienceBoard check the guest runs (``/lean/check``, ``/tex/check``): ``pass``, and
+    why not."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    passed: bool = Field(alias="pass")
+    detail: str | None = None
+
+
 class GuestHealth(_Model):
     """The agent's readiness: ``ok`` with the screen's size, or ``x_unavailable`` (503)."""
 

@@ -98,7 +98,7 @@ def _leave_an_episode_behind(d: ContainerDesktop) -> None:
     assert guest is not None
     out = guest.execute("echo episode-1 > ~/atelier/left-behind.txt && echo x > ~/.secret "
                         "&& echo t > /tmp/episode-tmp", shell=True)
-    assert out["returncode"] == 0, out
+    assert out.returncode == 0, out
     guest.launch(["xterm", "-T", "episode-1"])
     guest.launch("sleep 600 &", shell=True)
     wait_for(lambda: window(guest, "episode-1"), "the first episode's xterm")

@@ -25,7 +25,7 @@ def test_reset_really_cleans(desktop: LocalDesktop) -> None:
     assert guest is not None
     out = guest.execute("echo episode-1 > ~/atelier/left-behind.txt && echo x > ~/.secret",
                         shell=True)
-    assert out["returncode"] == 0
+    assert out.returncode == 0
     guest.launch(["xterm", "-T", "episode-1"])
     guest.launch("sleep 600 &", shell=True)
     wait_for(lambda: window(guest, "episode-1"), "the first episode's xterm")

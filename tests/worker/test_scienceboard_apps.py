@@ -107,6 +107,6 @@ def test_grass_gis_gui_starts_from_the_slot_image(desktop: LocalDesktop) -> None
     guest = desktop.guest
     assert guest is not None
     made = guest.execute("grass -c EPSG:4326 -e ~/grassdata/world", shell=True, timeout=120)
-    assert made["returncode"] == 0, made["error"]
+    assert made.returncode == 0, made.error
     guest.launch("grass --gui ~/grassdata/world/PERMANENT", shell=True)
     wait_for(lambda: window(guest, "GRASS GIS"), "the GRASS GIS main window", timeout=120)

@@ -92,7 +92,7 @@ def _dirty(d: VsphereDesktop) -> None:
     assert guest is not None
     out = guest.execute("echo left > ~/atelier/left.txt && echo left > /tmp/left.txt",
                         shell=True)
-    assert out["returncode"] == 0, out
+    assert out.returncode == 0, out
     guest.launch(["xterm"])
     wait_for(lambda: guest.windows(), "the xterm window", 30, interval=0.1)
 
@@ -101,7 +101,7 @@ def _clean(d: VsphereDesktop) -> None:
     guest = d.guest
     assert guest is not None
     out = guest.execute("ls ~/atelier/left.txt /tmp/left.txt", shell=True)
-    assert out["returncode"] != 0 and "left.txt" not in out["output"], out
+    assert out.returncode != 0 and "left.txt" not in out.output, out
     assert guest.windows() == []
 
 
@@ -188,7 +188,7 @@ def test_the_token_reaches_the_guest_through_guestinfo_only(
         assert token not in argv
         processes = _docker("top", container)  # every process with its command line
         assert token not in processes and "worker.guest" in processes
-        apps = d.guest.execute("env", shell=True)["output"]  # type: ignore[union-attr]
+        apps = d.guest.execute("env", shell=True).output  # type: ignore[union-attr]
         assert token not in apps and "VMX_GUESTINFO" not in apps  # applications never see it
         assert d.guest is not None
         refused = httpx.get(f"{d.guest.base_url}/screenshot", timeout=10)

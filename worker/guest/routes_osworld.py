@@ -20,7 +20,7 @@ from fastapi import APIRouter, Form, Query, UploadFile
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from coda.contracts.desktop import MEDIA_TYPES, ImageFormat
+from coda.contracts.desktop import MEDIA_TYPES, CommandReply, ImageFormat
 from coda.logging import get_logger
 from worker.guest import a11y, commands
 from worker.guest.capture import DisplayUnavailable
@@ -86,8 +86,8 @@ def screenshot(
         "X-Elapsed-Ms": f"{shot.elapsed_ms:.1f}"})
 
 
-@router.post("/execute", responses=guest_errors(500))
-@router.post("/setup/execute", responses=guest_errors(500))
+@router.post("/execute", response_model=CommandReply, responses=guest_errors(500))
+@router.post("/setup/execute", response_model=CommandReply, responses=guest_errors(500))
 def execute(body: CommandBody, state: StateDep) -> Any:
     """Run a command to completion: ``{status, output, error, returncode}``."""
     limit = state.settings.command_timeout_s
@@ -98,8 +98,7 @@ def execute(body: CommandBody, state: StateDep) -> Any:
                             cwd=state.env.get("HOME"))
     except (commands.CommandTimeout, OSError, ValueError) as exc:
         return _error(500, str(exc))
-    return {"status": "success", "output": done.output, "error": done.error,
-            "returncode": done.returncode}
+    return CommandReply(output=done.output, error=done.error, returncode=done.returncode)
 
 
 @router.post("/setup/launch", response_model=None, responses={**TEXT_OK, **guest_errors(500)})

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
+from coda.contracts.desktop import CheckReply
 from worker.guest import commands
 from worker.guest.responses import TEXT_OK, guest_errors
 from worker.guest.state import StateDep
@@ -93,7 +94,7 @@ def chimerax_run(body: ChimeraxBody) -> Any:
                              "log messages": {"note": []}}, status_code=502)
 
 
-@router.post("/lean/check", responses=guest_errors(503))
+@router.post("/lean/check", response_model=CheckReply, responses=guest_errors(503))
 def lean_check(body: LeanBody, state: StateDep) -> Any:
     """Does the project's Basic.lean contain ``header`` and build without ``sorry``?"""
     project = state.settings.lean_project
@@ -102,16 +103,17 @@ def lean_check(body: LeanBody, state: StateDep) -> Any:
         return JSONResponse({"error": f"Lean's lake not found at {state.settings.lake}"},
                             status_code=503)
     if not basic.is_file() or body.header not in basic.read_text(encoding="utf-8").split("\n"):
-        return {"pass": False}
+        return CheckReply(passed=False)
     try:
         done = commands.run([str(state.settings.lake), "build"], shell=False, env=state.env,
                             timeout=state.settings.command_timeout_s, cwd=str(project))
     except (commands.CommandTimeout, OSError) as exc:
-        return {"pass": False, "detail": str(exc)}
-    return {"pass": done.returncode == 0 and "declaration uses 'sorry'" not in done.output}
+        return CheckReply(passed=False, detail=str(exc))
+    return CheckReply(passed=done.returncode == 0
+                      and "declaration uses 'sorry'" not in done.output)
 
 
-@router.post("/tex/check", responses=guest_errors(503))
+@router.post("/tex/check", response_model=CheckReply, responses=guest_errors(503))
 def tex_check(body: TexBody, state: StateDep) -> Any:
     """Compile like ScienceBoard: pdflatex, and with ``bibtex`` also bibtex + pdflatex twice."""
     missing = [t for t in ("pdflatex", "bibtex") if shutil.which(t, path=state.env["PATH"]) is None]
@@ -125,8 +127,8 @@ def tex_check(body: TexBody, state: StateDep) -> Any:
             done = commands.run(argv, shell=False, env=state.env, cwd=body.path,
                                 timeout=state.settings.tex_timeout_s)
         except (commands.CommandTimeout, OSError) as exc:
-            return {"pass": False, "detail": str(exc)}
+            return CheckReply(passed=False, detail=str(exc))
         if done.returncode != 0:
             tail = "\n".join(done.output.strip().splitlines()[-5:])
-            return {"pass": False, "detail": f"{argv[0]} exited {done.returncode}: {tail}"}
-    return {"pass": True}
+            return CheckReply(passed=False, detail=f"{argv[0]} exited {done.returncode}: {tail}")
+    return CheckReply(passed=True)

@@ -24,13 +24,15 @@ from typing import Any
 
 import httpx
 from PIL import Image
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from coda.actions import Action, Answer, Done, Fail, to_pyautogui
 from coda.contracts.desktop import (
     ActResult,
     BrokenReason,
+    CheckReply,
     CloseAppsReply,
+    CommandReply,
     DesktopBroken,
     GuestKind,
     Health,
@@ -211,18 +213,28 @@ class GuestClient:
                                          timeout=max(90.0, getattr(action, "seconds", 0) + 30)))
             return ActResult.model_validate(resp.json())
         out = self.execute(["python", "-c", OSWORLD_PREFIX + to_pyautogui(action)], timeout=90)
-        ok = out.get("returncode") == 0
-        return ActResult(ok=ok, elapsed_ms=(time.perf_counter() - start) * 1000,
-                         error=None if ok else str(out.get("error", ""))[-500:])
+        return ActResult(ok=out.ok, elapsed_ms=(time.perf_counter() - start) * 1000,
+                         error=None if out.ok else out.error[-500:])
 
     # OSWorld routes ----------------------------------------------------------------------
 
     def execute(self, command: str | list[str], *, shell: bool = False,
-                timeout: float = 130.0) -> dict[str, Any]:
-        """``/execute``: ``{status, output, error, returncode}``."""
+                timeout: float = 130.0) -> CommandReply:
+        """``/setup/execute``: the command's output, error and return code."""
         resp = self._ok(self.request("POST", "/setup/execute",
                                      json={"command": command, "shell": shell}, timeout=timeout))
-        return dict(resp.json())
+        try:
+            return CommandReply.model_validate_json(resp.content)
+        except ValidationError as exc:
+            raise GuestError(resp.status_code, f"/setup/execute answered {exc}"[:500]) from exc
+
+    def check(self, path: str, body: dict[str, Any], *, timeout: float) -> CheckReply:
+        """A ScienceBoard check (``/lean/check``, ``/tex/check``): passed, and why not."""
+        resp = self._ok(self.request("POST", path, json=body, timeout=timeout))
+        try:
+            return CheckReply.model_validate_json(resp.content)
+        except ValidationError as exc:
+            raise GuestError(resp.status_code, f"{path} answered {exc}"[:500]) from exc
 
     def launch(self, command: str | list[str], *, shell: bool = False) -> str:
         resp = self._ok(self.request("POST", "/setup/launch",

@@ -34,7 +34,7 @@ class Unsupported(LookupError):
 
 def _command(ctx: TaskContext, cfg: dict[str, Any], field: str) -> str | None:
     out = ctx.guest.execute(ctx.rw(cfg["command"]), shell=bool(cfg.get("shell", False)))
-    return str(out.get(field)) if out.get("status") == "success" else None
+    return str(getattr(out, field)) if out.status == "success" else None
 
 
 def _vm_file(ctx: TaskContext, cfg: dict[str, Any], cache: Path) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from coda.contracts.desktop import SetupReport, SetupStepResult, StepStatus
+from coda.contracts.desktop import CommandReply, SetupReport, SetupStepResult, StepStatus
 from coda.tasks import SetupStep, TaskFormat
 from worker.providers.client import GuestError
 from worker.tasks.adapters import app_step
@@ -38,15 +38,15 @@ def _execute(ctx: TaskContext, step: SetupStep) -> str:
     for _ in range(5 if until else 1):
         out = ctx.guest.execute(ctx.rw(p["command"]), shell=bool(p.get("shell", False)))
         if not until or _until_met(out, until):
-            return f"returncode {out.get('returncode')}"
+            return f"returncode {out.returncode}"
         time.sleep(0.3)
     raise StepError(StepStatus.FAILED, f"condition {until} not met after 5 tries")
 
 
-def _until_met(out: dict[str, Any], until: dict[str, Any]) -> bool:
-    return (("returncode" in until and out.get("returncode") == until["returncode"])
-            or ("stdout" in until and until["stdout"] in out.get("output", ""))
-            or ("stderr" in until and until["stderr"] in out.get("error", "")))
+def _until_met(out: CommandReply, until: dict[str, Any]) -> bool:
+    return (("returncode" in until and out.returncode == until["returncode"])
+            or ("stdout" in until and until["stdout"] in out.output)
+            or ("stderr" in until and until["stderr"] in out.error))
 
 
 def _touch(ctx: TaskContext, step: SetupStep) -> str:

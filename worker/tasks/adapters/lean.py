@@ -78,13 +78,13 @@ def step_query(ctx: TaskContext, step: SetupStep) -> str:
 
 def check_placeholder(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
     try:
-        reply = ctx.guest.post_json("/lean/check", {"header": theorem_header(ctx)}, timeout=900)
+        reply = ctx.guest.check("/lean/check", {"header": theorem_header(ctx)}, timeout=900)
     except GuestError as exc:
         status = CheckStatus.UNAVAILABLE if exc.status in (404, 501, 503) else CheckStatus.ERROR
         raise CheckError(status, f"/lean/check: {exc}") from exc
-    ok = bool(reply.get("pass"))
-    return CheckResult(type="placeholder", status=CheckStatus.PASS if ok else CheckStatus.FAIL,
-                       detail=str(reply.get("detail", "lake build")))
+    return CheckResult(type="placeholder",
+                       status=CheckStatus.PASS if reply.passed else CheckStatus.FAIL,
+                       detail=reply.detail or "lake build")
 
 
 LEAN = AppAdapter(

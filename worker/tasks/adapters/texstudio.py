@@ -51,14 +51,14 @@ def check_compile(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
     bibtex = any(s.func == "touch" and str((s.model_extra or {}).get("path", "")).endswith(".bib")
                  for s in ctx.task.setup)
     try:
-        reply = ctx.guest.post_json("/tex/check", {
+        reply = ctx.guest.check("/tex/check", {
             "path": ctx.rw(item["path"]), "file": item["file"], "bibtex": bibtex}, timeout=600)
     except GuestError as exc:
         status = CheckStatus.UNAVAILABLE if exc.status in (404, 501, 503) else CheckStatus.ERROR
         raise CheckError(status, f"/tex/check: {exc}") from exc
-    ok = bool(reply.get("pass"))
-    return CheckResult(type="compile", status=CheckStatus.PASS if ok else CheckStatus.FAIL,
-                       detail=str(reply.get("detail", f"{item['file']}.tex")))
+    return CheckResult(type="compile",
+                       status=CheckStatus.PASS if reply.passed else CheckStatus.FAIL,
+                       detail=reply.detail or f"{item['file']}.tex")
 
 
 TEXSTUDIO = AppAdapter(

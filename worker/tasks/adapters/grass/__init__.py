@@ -72,7 +72,7 @@ def _terminal(ctx: TaskContext, command: str) -> str:
     if TERMINAL not in command:
         return command
     found = ctx.guest.execute("command -v gnome-terminal", shell=True)
-    if found.get("returncode") == 0:
+    if found.returncode == 0:
         return command
     return command.replace(TERMINAL, FALLBACK_TERMINAL)
 
@@ -122,7 +122,7 @@ def check_data(ctx: TaskContext, start: dict[str, str]) -> None:
     :class:`StepError`, naming the fix)."""
     mapset = "/".join((start["grassdb"], start["location"], start["mapset"]))
     found = ctx.guest.execute(["test", "-d", mapset])
-    if found.get("returncode") not in (0, None):
+    if found.returncode not in (0, None):
         raise StepError(StepStatus.UNAVAILABLE, f"GRASS GIS's start mapset {mapset} is missing "
                         f"from the slot (its data sets are not built, or are stale): "
                         f"{BUILD_HINT}")

@@ -73,8 +73,8 @@ def install_reader(ctx: TaskContext) -> str:
     script = f'#!/bin/sh\nexec {SYSTEM_PYTHON} {shlex.quote(reader)} "$@"\n'
     ctx.guest.upload(wrapper, script.encode())
     done = ctx.guest.execute(["chmod", "0755", wrapper])
-    if done.get("returncode") not in (0, None):
-        raise GuiError(f"chmod {wrapper}: {done.get('error')}")
+    if done.returncode not in (0, None):
+        raise GuiError(f"chmod {wrapper}: {done.error}")
     return wrapper
 
 

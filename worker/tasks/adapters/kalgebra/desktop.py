@@ -80,10 +80,10 @@ def helper(ctx: TaskContext, *args: str, timeout: float = HELPER_TIMEOUT_S) -> d
         f"DBUS_SESSION_BUS_ADDRESS={shlex.quote(bus)} {SYSTEM_PYTHON} "
         f"{shlex.quote(ctx.rw(HELPER_PATH))} {argv}", shell=True, timeout=timeout + 10)
     try:
-        reply = json.loads(out.get("output") or "")
+        reply = json.loads(out.output)
     except ValueError:
         raise Unreadable(f"KAlgebra's accessibility helper failed: "
-                         f"{str(out.get('error', ''))[-300:]}") from None
+                         f"{out.error[-300:]}") from None
     if not reply.get("ok"):
         raise Unreadable(f"KAlgebra's accessibility tree: {reply.get('error')}")
     return dict(reply)
@@ -96,10 +96,10 @@ def launch(ctx: TaskContext, step: SetupStep, generic: Any) -> str:
     guest_dir = ctx.rw(GUEST_DIR)
     made = ctx.guest.execute(f"mkdir -p {shlex.quote(guest_dir)} && dbus-daemon --session "
                              f"--fork --print-address=1", shell=True, timeout=30)
-    bus = str(made.get("output", "")).strip().splitlines()
-    if made.get("returncode") != 0 or not bus:
+    bus = made.output.strip().splitlines()
+    if made.returncode != 0 or not bus:
         raise StepError(StepStatus.FAILED, f"no D-Bus session bus for KAlgebra's accessibility "
-                                           f"tree (dbus-daemon: {made.get('error', '')[-200:]})")
+                                           f"tree (dbus-daemon: {made.error[-200:]})")
     ctx.scratch["kalgebra_bus"] = bus[0]
     ctx.guest.upload(ctx.rw(BUS_FILE), bus[0].encode())
     ctx.guest.upload(ctx.rw(HELPER_PATH), HELPER.read_bytes())
@@ -211,9 +211,9 @@ def _session(ctx: TaskContext, lines: list[str]) -> list[str]:
     ctx.guest.upload(path, ("\n".join(lines) + "\n").encode())
     out = ctx.guest.execute(f"calgebra --calculate < {shlex.quote(path)}", shell=True,
                             timeout=120)
-    if out.get("returncode") not in (0, None):
-        raise CheckError(CheckStatus.UNAVAILABLE, f"calgebra failed: {out.get('error')}")
-    return parse_session(str(out.get("error", "")), lines)
+    if out.returncode not in (0, None):
+        raise CheckError(CheckStatus.UNAVAILABLE, f"calgebra failed: {out.error}")
+    return parse_session(out.error, lines)
 
 
 def calculate(ctx: TaskContext, blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
