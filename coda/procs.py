@@ -26,17 +26,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def start_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None,
                   log: Path | None = None, cwd: Path | str | None = None,
-                  ) -> subprocess.Popen[bytes]:
+                  new_session: bool = False) -> subprocess.Popen[bytes]:
     """``cmd`` with ``env`` on top of this process's environment, its stdout and stderr
-    appended to ``log`` (discarded when None)."""
+    appended to ``log`` (discarded when None); ``new_session``: its own process group, so
+    that what it forks can be killed with it even after it died."""
     full_env = {**os.environ, **(env or {})}
     if log is None:
         return subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=new_session)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         return subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=new_session)
 
 
 def log_tail(log: Path | None, chars: int = 3000) -> str:
@@ -77,10 +78,10 @@ def wait_ready(proc: subprocess.Popen[bytes], probe: Probe, *, name: str,
 def start_ready(cmd: Sequence[str], probe: Probe, *, name: str,
                 env: Mapping[str, str] | None = None, log: Path | None = None,
                 cwd: Path | str | None = None, timeout: float = 60.0, interval: float = 0.2,
-                ) -> subprocess.Popen[bytes]:
+                new_session: bool = False) -> subprocess.Popen[bytes]:
     """:func:`start_process`, then :func:`wait_ready`; a process that does not become ready
     is stopped before the error is raised."""
-    proc = start_process(cmd, env=env, log=log, cwd=cwd)
+    proc = start_process(cmd, env=env, log=log, cwd=cwd, new_session=new_session)
     try:
         wait_ready(proc, probe, name=name, timeout=timeout, log=log, interval=interval)
     except BaseException:

@@ -152,8 +152,10 @@ def start_server(config: ServeConfig, *, python: Path | str, log_path: Path | No
     cmd, env = serve_command(config, python)
     url = f"http://{config.host}:{config.port}"
     log.info("vllm.server_starting", role=config.role.value, url=url, log=str(log_path))
+    # its own process group: a server killed from outside leaves its engine core and workers
+    # (orphans, no longer its children) in that group, where stop_server still finds them
     return start_ready(cmd, f"{url}/v1/models", name=f"vLLM ({config.role.value})", env=env,
-                       log=log_path, timeout=timeout, interval=0.5)
+                       log=log_path, timeout=timeout, interval=0.5, new_session=True)
 
 
 def stop_server(proc: subprocess.Popen[bytes], *, kill: bool = False,
@@ -175,7 +177,18 @@ def stop_server(proc: subprocess.Popen[bytes], *, kill: bool = False,
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
-    psutil.wait_procs(children, timeout=timeout)
+    group = [p for p in psutil.process_iter() if _in_group(p, proc.pid)]
+    for orphan in group:  # what a server killed from outside left behind
+        with contextlib.suppress(psutil.NoSuchProcess):
+            orphan.kill()
+    psutil.wait_procs([*children, *group], timeout=timeout)
+
+
+def _in_group(p: psutil.Process, pgid: int) -> bool:
+    try:
+        return p.pid != os.getpid() and os.getpgid(p.pid) == pgid
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return False
 
 
 app = typer.Typer(help="vLLM's own server for a model role (installed apart from CODA).",

@@ -6,7 +6,6 @@ does the same with the replay planner service."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -36,15 +35,22 @@ def coda_up_vllm(fresh_database_url: str, fresh_redis_url: str, desktop_host: No
         yield up
 
 
-def _planner_vllm(up: subprocess.Popen[bytes]) -> psutil.Process:
-    """The planner's vLLM server: the child of ``coda up`` writing to vllm-planner.log."""
+def _planner_vllms(up: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """The planner's vLLM server: the child of ``coda up`` writing to vllm-planner.log (none
+    while ``coda up`` has noticed a crash and not yet started the next one)."""
     def writes_planner_log(p: psutil.Process) -> bool:
         try:
             return os.readlink(f"/proc/{p.pid}/fd/1").endswith("vllm-planner.log")
         except OSError:
             return False
-    [server] = [p for p in psutil.Process(up.pid).children() if writes_planner_log(p)]
-    return server
+    return [p for p in psutil.Process(up.pid).children() if writes_planner_log(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_completes(
@@ -63,19 +69,21 @@ def test_a_planner_vllm_killed_mid_episode_is_restarted_and_the_episode_complete
     wait_for(lambda: (e := episode())["status"] == "running" and e["steps"],
              "the episode running, a step done", WAIT_S, interval=0.5, logs=logs_now,
              gone=exited(up, "coda up"))
-    first = _planner_vllm(up)
-    # a crash of the server and its engine processes (as tests/vllm/conftest.py's kill): a
-    # server killed alone leaves its engine core and workers orphaned (known, not yet fixed)
-    for proc in [first, *first.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(signal.SIGKILL)
+    [first] = _planner_vllms(up)
+    engines = first.children(recursive=True)  # its engine core and workers
+    first.send_signal(signal.SIGKILL)  # a crash: the server alone, its engines orphaned
 
     def restarts() -> dict[str, int]:
         return coda_up_vllm.restarts(http)
 
     wait_for(lambda: restarts().get("vllm-planner") == 1, "the planner's vLLM restarted",
              WAIT_S, interval=1.0, logs=logs_now, gone=exited(up, "coda up"))
-    assert _planner_vllm(up).pid != first.pid
+    wait_for(lambda: [p for p in _planner_vllms(up) if p.pid != first.pid],
+             "the planner's next vLLM server", WAIT_S, interval=0.5, logs=logs_now,
+             gone=exited(up, "coda up"))
+    # the killed server's engine processes (orphans once it died) went with it: stop_server
+    # kills its process group; no model left in memory twice
+    assert engines and not [p.pid for p in engines if _alive(p)], engines
     ep = wait_for(lambda: (e := episode())["status"] in ("completed", "failed") and e,
                   "the episode finished", WAIT_S, interval=1.0, logs=logs_now,
                   gone=exited(up, "coda up"))
