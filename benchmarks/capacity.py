@@ -20,6 +20,10 @@ measured batch runs, memory and CPU are sampled every second:
 * ``cpu_cores_per_slot``: CPU seconds over wall seconds over ``n``: the worker process and its
   desktops (local: its process tree; docker: the worker, the containers' cgroups and the
   ``docker-proxy`` processes of their published ports);
+* ``machine_cpu_s_per_episode`` / ``machine_cores_busy``: the whole machine's busy CPU
+  seconds over the batch (``/proc/stat``: everything, the engine's dockerd, containerd and
+  runc and processes too short-lived for a 1 s sample included; the master and the model
+  services too, alike for both providers) per completed episode, and over the wall time;
 * per run the median step timings (``StepTimings``: observe, upload, plan, execute, act,
   settle, ...) and per episode the reset (``desktop.reset`` in the worker's log), the steps and
   the rest (setup, application launch, checkers), so a gap has a place.
@@ -189,6 +193,8 @@ def summarize(runs: Sequence[dict[str, Any]], target: float = 0.9) -> dict[str, 
                 "mem_mib_per_slot_peak": max((r.get("mem_mib_per_slot_peak") or 0.0)
                                              for r in mine),
                 "worker_rss_mib": med("worker_rss_mib"),
+                "machine_cores_busy": med("machine_cores_busy"),
+                "machine_cpu_s_per_episode": med("machine_cpu_s_per_episode"),
             }
         if "docker" in row and "local" in row:
             d, loc = row["docker"]["episodes_per_min"], row["local"]["episodes_per_min"]
@@ -228,10 +234,12 @@ class Usage:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _containers: list[tuple[str, str]] = field(default_factory=list)  # (id, ip)
+    machine_busy: list[float] = field(default_factory=list)  # at the start, at the end
 
     def __enter__(self) -> Usage:
         if self.provider == "docker":
             self._containers = _containers(self.prefix)
+        self.machine_busy = [machine_busy_s()]
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="usage", daemon=True)
         self._thread.start()
@@ -242,6 +250,7 @@ class Usage:
         if self._thread is not None:
             self._thread.join()
         self._sample()
+        self.machine_busy.append(machine_busy_s())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
@@ -292,8 +301,10 @@ class Usage:
                     continue
         self.mem.append(desktops)
 
-    def figures(self, wall_s: float) -> dict[str, Any]:
+    def figures(self, wall_s: float, episodes: int) -> dict[str, Any]:
         cpu = sum(max(0.0, self.cpu_last[k] - self.cpu_first[k]) for k in self.cpu_last)
+        busy = self.machine_busy[-1] - self.machine_busy[0] if len(self.machine_busy) == 2 \
+            else None
         proxy = sum(max(0.0, self.cpu_last[k] - self.cpu_first[k])
                     for k in self.cpu_last if k.startswith("proxy:"))
         mib = [m / 2**20 / self.slots for m in self.mem if m > 0]
@@ -301,7 +312,20 @@ class Usage:
                 "cpu_s": round(cpu, 1), "proxy_cpu_s": round(proxy, 2),
                 "mem_mib_per_slot": median(mib, 1), "mem_mib_per_slot_peak":
                     round(max(mib), 1) if mib else None,
-                "worker_rss_mib": median([m / 2**20 for m in self.worker_rss], 1)}
+                "worker_rss_mib": median([m / 2**20 for m in self.worker_rss], 1),
+                "machine_cores_busy": round(busy / wall_s, 3) if busy and wall_s else None,
+                "machine_cpu_s_per_episode": round(busy / episodes, 3)
+                if busy and episodes else None}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every process: the engine's dockerd,
+    containerd and runc too, and processes too short-lived for a 1 s sample)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return float(sum(getattr(t, k, 0.0) for k in ("user", "system", "nice", "irq", "softirq",
+                                                  "steal")))
 
 
 def _containers(prefix: str) -> list[tuple[str, str]]:
@@ -471,7 +495,7 @@ def run_once(master: Master, admin: httpx.Client, services: tuple[str, str], tok
         "cold_episodes_per_min": round(slots / (cold / 60), 2), "cold_wall_s": round(cold, 1),
         "step_parts_ms_median": step_parts(records),
         **episode_phases(_log_events(wlog, offset), records),
-        **usage.figures(wall),
+        **usage.figures(wall, len(done)),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }

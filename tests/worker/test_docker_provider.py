@@ -7,6 +7,7 @@ carries a name prefix unique to this run and is removed at the end."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -115,13 +116,68 @@ def _assert_clean(d: ContainerDesktop) -> None:
     assert _pids(d, "sleep 600") == []
 
 
-def test_revert_really_cleans_and_keeps_the_container(desktop: ContainerDesktop) -> None:
+def _restores_by_exec(client: Any, container: str, since: float) -> int:
+    """``docker exec coda-desktop-restore`` run in the container since ``since`` (the engine's
+    events; the tests' own execs are not counted)."""
+    events = client.events(since=int(since), until=int(time.time()) + 1, decode=True,
+                           filters={"container": container, "event": "exec_create"})
+    return sum(1 for e in events if "coda-desktop-restore" in str(e.get("Action", "")))
+
+
+def test_revert_really_cleans_and_keeps_the_container(desktop: ContainerDesktop,
+                                                      docker_client: Any) -> None:
     _leave_an_episode_behind(desktop)
     container = desktop.container.id
+    since = time.time()
     desktop.reset()
     _assert_clean(desktop)
     assert desktop.container.id == container, "the fast reset keeps the container"
+    # the agent restored the home as the desktop user: no docker exec (the engine's CPU)
+    assert _restores_by_exec(docker_client, container, since - 1) == 0
     assert desktop.health().ok
+
+
+class _Containers:
+    def __init__(self, containers: Any) -> None:
+        self._c = containers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._c, name)
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["environment"] = {**kwargs["environment"], "CODA_GUEST_HOME_TEMPLATE": ""}
+        return self._c.run(*args, **kwargs)
+
+
+class _WithoutTemplate:
+    """A docker client whose desktop containers start with CODA_GUEST_HOME_TEMPLATE unset."""
+
+    def __init__(self) -> None:
+        import docker
+
+        self._c = docker.from_env()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._c, name)
+
+    @property
+    def containers(self) -> _Containers:
+        return _Containers(self._c.containers)
+
+
+def test_an_agent_without_a_home_template_is_restored_by_docker_exec(
+        prefix: str, docker_client: Any) -> None:
+    """An image whose agent cannot restore (no home template: 503, as an older image's 404)
+    falls back to ``coda-desktop-restore`` run as root."""
+    with _provider(f"{prefix}-exec", client=_WithoutTemplate) as p:
+        d = p.desktop(0)
+        assert isinstance(d, ContainerDesktop)
+        d.reset()
+        _leave_an_episode_behind(d)
+        since = time.time()
+        d.reset()
+        _assert_clean(d)
+        assert _restores_by_exec(docker_client, d.container.id, since - 1) == 1
 
 
 def test_recreate_really_cleans_with_a_new_container(prefix: str) -> None:

@@ -13,7 +13,8 @@ import pytest
 
 from worker.guest.commands import child_env
 from worker.guest.guestinfo import env_name, read_guestinfo
-from worker.providers.session import SessionError, SessionSettings, restore_home
+from worker.guest.home import HomeTemplateMissing, restore_home
+from worker.providers.session import SessionError, SessionSettings
 
 TOKEN = "guestinfo-token-0123456789"
 
@@ -78,5 +79,5 @@ def test_the_home_is_restored_from_its_template_at_boot(tmp_path: Path) -> None:
     assert (home / "atelier" / "main.tex").read_text() == "clean"
     assert sorted(p.name for p in tmp.iterdir()) == [".X0-lock", ".X11-unix",
                                                       "coda-guest-bin-1000-abc"]
-    with pytest.raises(SessionError, match="not a directory"):
+    with pytest.raises(HomeTemplateMissing, match="not a directory"):
         restore_home(tmp_path / "missing", home)

@@ -4,18 +4,26 @@ closing everything it started (a soft reset)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from coda.actions import Action, Wait, to_pyautogui
-from coda.contracts.desktop import ActResult, CloseAppsReply, GuestHealth, WindowInfo
+from coda.contracts.desktop import (
+    ActResult,
+    CloseAppsReply,
+    GuestHealth,
+    WindowInfo,
+)
 from coda.logging import get_logger
 from worker import __version__
 from worker.guest import commands
 from worker.guest.capture import DisplayUnavailable
+from worker.guest.home import HomeTemplateMissing, restore_home
+from worker.guest.responses import TEXT_OK, guest_errors
 from worker.guest.runner import ActionFailed, ActionTimeout
 from worker.guest.state import StateDep
 
@@ -73,3 +81,22 @@ def close_apps(state: StateDep) -> CloseAppsReply:
     """Kill every process this agent started (and what they spawned); list what is left."""
     killed = commands.kill_marked(state.env[commands.MARK])
     return CloseAppsReply(killed=killed, windows=state.x.windows())
+
+
+@router.post("/restore", response_model=None,
+             responses={**TEXT_OK, **guest_errors(500, 503)})
+def restore(state: StateDep) -> Response:
+    """Make the home a fresh copy of the configured template and empty what the desktop user
+    left in the temporary directories, as this agent's user, after :func:`close_apps`: the
+    docker provider's fast reset without a ``docker exec`` (which costs the engine ~0.06
+    CPU-seconds a reset)."""
+    template = state.settings.home_template
+    if template is None:
+        return JSONResponse({"status": "error", "message": "no home template configured "
+                             "(CODA_GUEST_HOME_TEMPLATE)"}, status_code=503)
+    try:
+        restore_home(template, Path.home())
+    except (HomeTemplateMissing, OSError) as exc:
+        log.warning("guest.restore_failed", error=str(exc))
+        return JSONResponse({"status": "error", "message": f"restore: {exc}"}, status_code=500)
+    return PlainTextResponse("OK")

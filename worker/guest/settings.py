@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIN_TOKEN_LENGTH = 16
@@ -38,7 +38,20 @@ class GuestSettings(BaseSettings):
     lean_project: Path = Field(default=Path("/home/user/sci"),
                                description="ScienceBoard's Lean project (for /lean/check)")
     lake: Path = Field(default=Path("/home/user/.elan/bin/lake"))
+    home_template: Path | None = Field(
+        default=None, description="the home's template, restored by POST /coda/restore (the "
+        "desktop image sets /opt/coda/home); unset: that route answers 503")
     log_level: str = "INFO"
+
+    @field_validator("home_template", mode="before")
+    @classmethod
+    def _template(cls, value: object) -> object:
+        """Empty is unset; a template must be an absolute path (never the working folder)."""
+        if value in ("", None):
+            return None
+        if not Path(str(value)).is_absolute():
+            raise ValueError(f"home_template must be an absolute path, got {value!r}")
+        return value
 
     @property
     def bind_host(self) -> str:

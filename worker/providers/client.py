@@ -228,6 +228,11 @@ class GuestClient:
         except ValidationError as exc:
             raise GuestError(resp.status_code, f"/setup/execute answered {exc}"[:500]) from exc
 
+    def restore(self) -> None:
+        """``/coda/restore`` (the project's agent): the home made a fresh copy of the
+        template the agent is configured with, and the temporary directories emptied."""
+        self._ok(self.request("POST", "/coda/restore", timeout=180))
+
     def check(self, path: str, body: dict[str, Any], *, timeout: float) -> CheckReply:
         """A ScienceBoard check (``/lean/check``, ``/tex/check``): passed, and why not."""
         resp = self._ok(self.request("POST", path, json=body, timeout=timeout))

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -49,6 +48,7 @@ from coda.contracts.desktop import BrokenReason
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
 from worker.guest.guestinfo import TOKEN_KEY, is_guestinfo_env, read_guestinfo
+from worker.guest.home import HomeTemplateMissing, restore_home
 from worker.guest.settings import MIN_TOKEN_LENGTH
 from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
@@ -100,36 +100,6 @@ class SessionSettings:
                    home_template=Path(template) if template else None)
 
 
-def restore_home(template: Path, home: Path,
-                 temporary: Sequence[Path] = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")),
-                 ) -> None:
-    """Make ``home`` a fresh copy of ``template`` and remove what this user left in the
-    temporary directories (not the X server's socket directory and locks, not the agent's
-    files): what ``coda-desktop-restore`` does as root for the docker provider, done by the
-    desktop user at boot."""
-    if not template.is_dir():
-        raise SessionError(f"CODA_DESKTOP_HOME_TEMPLATE: {template} is not a directory")
-    for entry in home.iterdir():
-        _remove(entry)
-    shutil.copytree(template, home, symlinks=True, dirs_exist_ok=True)
-    me = os.getuid()
-    for directory in temporary:
-        if not directory.is_dir():
-            continue
-        for entry in directory.iterdir():
-            keep = (entry.name == ".X11-unix" or entry.name.startswith(".X")
-                    or entry.name.startswith("coda-guest-"))
-            if not keep and entry.lstat().st_uid == me:
-                _remove(entry)
-
-
-def _remove(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
-        entry.unlink()
-
-
 def parse_screen(value: str) -> tuple[int, int]:
     """``1280x800`` -> (1280, 800)."""
     w, sep, h = value.lower().partition("x")
@@ -157,7 +127,10 @@ class Session:
     def start(self) -> None:
         """Xvfb, the window manager and the agent, each probed before the next starts."""
         if self.s.home_template is not None:
-            restore_home(self.s.home_template, Path.home())
+            try:
+                restore_home(self.s.home_template, Path.home())
+            except HomeTemplateMissing as exc:
+                raise SessionError(f"CODA_DESKTOP_HOME_TEMPLATE: {exc}") from None
             log.info("desktop.session_home_restored", template=str(self.s.home_template))
         self.s.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         xauth = self.s.run_dir / "Xauthority"

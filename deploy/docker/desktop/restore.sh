@@ -1,6 +1,8 @@
 #!/bin/sh
-# The docker provider's fast reset, run as root in a desktop container after the guest agent
-# closed every application it started: the home directory becomes a fresh copy of the template
+# The docker provider's fast reset for an image whose agent cannot do it (POST /coda/restore,
+# CODA_GUEST_HOME_TEMPLATE unset or an older agent), run as root in a desktop container after
+# the guest agent closed every application it started; at image build too: the home directory
+# becomes a fresh copy of the template
 # (/opt/coda/home, the local provider's home template), and what the desktop user left in the
 # temporary directories goes, except the X server's socket and lock and the agent's own files.
 set -eu
