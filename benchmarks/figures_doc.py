@@ -222,6 +222,9 @@ SECTIONS: tuple[Section, ...] = (
         "fleet.json", "python -m benchmarks.capacity",
         (*(F(f"{n} slots: container / local episodes per minute", "capacity", "curve", i,
              "ratio") for i, n in enumerate((1, 2, 4, 8))),
+         *(F(f"{n} slots: machine CPU per episode, {prov}", "capacity", "curve", i, prov,
+             "machine_cpu_s_per_episode", unit="s")
+           for i, n in ((0, 1), (3, 8)) for prov in ("docker", "local")),
          F("target ratio", "capacity", "ratio_target")),
         when=("capacity", "at"),
     ),
