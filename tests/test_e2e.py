@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coda.procs import free_port, stop_process
-from coda.urls import to_plain_postgres_url
-from tests.fixtures.master import EXAMPLES, ROOT
+from tests.fixtures.codaup import running_coda_up
+from tests.fixtures.master import EXAMPLES
 from tests.fixtures.waiting import log_tails, wait_for
 
 pytestmark = pytest.mark.slow
@@ -50,27 +45,10 @@ def wait(probe: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
 @pytest.fixture
 def coda_up(fresh_database_url: str, fresh_redis_url: str, desktop_host: None,
             tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
-    home = tmp_path / "coda"
-    logs = home / "logs"
-    logs.mkdir(parents=True)
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": to_plain_postgres_url(fresh_database_url),
-           "REDIS_URL": fresh_redis_url, "CODA_REDIS_PREFIX": f"e2e-{secrets.token_hex(4)}",
-           "CODA_LOG_FORMAT": "json"}
-    out = (logs / "up.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coda_app.cli", "up", "--home", str(home), "--port", str(port),
-         "--models", "replay", "--train", "--no-demo", "--no-live", "--slots", "2"],
-        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait(lambda: b"worker" in (logs / "up.log").read_bytes()
-             and b"up\n" in (logs / "up.log").read_bytes(), "coda up", 600, logs / "up.log")
-        tokens = json.loads((home / "secrets.json").read_text())
-        yield url, tokens, logs
-    finally:
-        stop_process(proc, timeout=180, sig=signal.SIGINT)
-        out.close()
+    with running_coda_up(tmp_path / "coda",
+                         ["--models", "replay", "--train", "--no-demo", "--slots", "2"],
+                         database_url=fresh_database_url, redis_url=fresh_redis_url) as up:
+        yield up.url, up.tokens, up.logs
 
 
 def test_the_whole_loop_and_its_dashboard(coda_up: tuple[str, dict[str, str], Path],
