@@ -57,7 +57,13 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import configure_bench_logging, machine, median, write_result_key
+from benchmarks.common import (
+    configure_bench_logging,
+    machine,
+    machine_busy_s,
+    median,
+    write_result_key,
+)
 from benchmarks.episodes import PARTS, worker_process
 from benchmarks.master_load import Master, local_master
 from coda.logging import get_logger
@@ -316,16 +322,6 @@ class Usage:
                 "machine_cores_busy": round(busy / wall_s, 3) if busy and wall_s else None,
                 "machine_cpu_s_per_episode": round(busy / episodes, 3)
                 if busy and episodes else None}
-
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has been busy (every process: the engine's dockerd,
-    containerd and runc too, and processes too short-lived for a 1 s sample)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    return float(sum(getattr(t, k, 0.0) for k in ("user", "system", "nice", "irq", "softirq",
-                                                  "steal")))
 
 
 def _containers(prefix: str) -> list[tuple[str, str]]:

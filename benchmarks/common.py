@@ -92,3 +92,13 @@ def encode_png(image: Any) -> bytes:
 def configure_bench_logging() -> None:
     """The scripts' logging: ``CODA_LOG_LEVEL`` (INFO unless set)."""
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"))
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (``/proc/stat``): every process,
+    the short-lived ones and the container engine's included."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return float(sum(getattr(t, k, 0.0) for k in ("user", "system", "nice", "irq", "softirq",
+                                                  "steal")))

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
+from benchmarks.common import machine_busy_s
 from benchmarks.loadgen.figures import ROUTE_PATHS, ROUTES, percentile, rounded, route_figures
 from benchmarks.loadgen.model import LoadConfig, load_process
 from coda.logging import get_logger
@@ -103,20 +104,14 @@ class CpuMeter:
             "redis": _cpu_by_pid(_named("redis-server")),
         }
 
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return float(sum(getattr(t, k, 0.0) for k in ("user", "system", "nice", "irq",
-                                                       "softirq", "steal")))
-
     def begin(self) -> None:
-        self.start, self.start_busy, self.wall = self._groups(), self._busy(), time.monotonic()
+        self.start, self.start_busy, self.wall = self._groups(), machine_busy_s(), time.monotonic()
 
     def end(self) -> dict[str, Any]:
         now, wall = self._groups(), time.monotonic() - self.wall
         used = {g: round(sum(v - self.start.get(g, {}).get(pid, 0.0) for pid, v in pids.items()),
                          2) for g, pids in now.items()}
-        used["machine_busy"] = round(self._busy() - self.start_busy, 2)
+        used["machine_busy"] = round(machine_busy_s() - self.start_busy, 2)
         used["other_processes"] = round(max(0.0, used["machine_busy"] - sum(
             used[g] for g in now)), 2)
         return {"window_s": round(wall, 2), "cpu_s": used,
