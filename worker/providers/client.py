@@ -20,11 +20,11 @@ import io
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from PIL import Image
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from coda.actions import Action, Answer, Done, Fail, to_pyautogui
 from coda.contracts.desktop import (
@@ -43,6 +43,7 @@ from coda.contracts.desktop import (
 from coda.logging import get_logger
 from worker.guest.capture import encode, is_blank, scale
 
+ReplyT = TypeVar("ReplyT", bound=BaseModel)
 OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 OSWORLD_PROBE_S = 1.0
 """Readiness probes of OSWorld's server (each one a screenshot) are this far apart at least."""
@@ -113,6 +114,13 @@ class GuestClient:
         if resp.status_code >= 400:
             raise GuestError(resp.status_code, resp.text[:500])
         return resp
+
+    def _reply(self, resp: httpx.Response, model: type[ReplyT], path: str) -> ReplyT:
+        """A 2xx answer read as ``model``; one that is not is the guest's error."""
+        try:
+            return model.model_validate_json(self._ok(resp).content)
+        except ValidationError as exc:
+            raise GuestError(resp.status_code, f"{path} answered {exc}"[:500]) from exc
 
     def close(self) -> None:
         self._http.close()
@@ -221,12 +229,9 @@ class GuestClient:
     def execute(self, command: str | list[str], *, shell: bool = False,
                 timeout: float = 130.0) -> CommandReply:
         """``/setup/execute``: the command's output, error and return code."""
-        resp = self._ok(self.request("POST", "/setup/execute",
-                                     json={"command": command, "shell": shell}, timeout=timeout))
-        try:
-            return CommandReply.model_validate_json(resp.content)
-        except ValidationError as exc:
-            raise GuestError(resp.status_code, f"/setup/execute answered {exc}"[:500]) from exc
+        resp = self.request("POST", "/setup/execute",
+                            json={"command": command, "shell": shell}, timeout=timeout)
+        return self._reply(resp, CommandReply, "/setup/execute")
 
     def restore(self) -> None:
         """``/coda/restore`` (the project's agent): the home made a fresh copy of the
@@ -235,11 +240,8 @@ class GuestClient:
 
     def check(self, path: str, body: dict[str, Any], *, timeout: float) -> CheckReply:
         """A ScienceBoard check (``/lean/check``, ``/tex/check``): passed, and why not."""
-        resp = self._ok(self.request("POST", path, json=body, timeout=timeout))
-        try:
-            return CheckReply.model_validate_json(resp.content)
-        except ValidationError as exc:
-            raise GuestError(resp.status_code, f"{path} answered {exc}"[:500]) from exc
+        return self._reply(self.request("POST", path, json=body, timeout=timeout), CheckReply,
+                           path)
 
     def launch(self, command: str | list[str], *, shell: bool = False) -> str:
         resp = self._ok(self.request("POST", "/setup/launch",
