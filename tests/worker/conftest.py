@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 
 from coda_app.services import ServiceProcess, running_services
-from tests.fixtures.master import ROOT, MasterProcess
+from tests.fixtures.master import REPLAYS, MasterProcess
 from tests.fixtures.services import Store, executor_settings, planner_settings
 from worker.providers.local import LocalDesktop, LocalProvider
-
-REPLAYS = ROOT / "examples" / "replays"
 
 
 @pytest.fixture(scope="module")

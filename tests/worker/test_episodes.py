@@ -24,7 +24,7 @@ import pytest
 
 from coda.logging import get_logger
 from coda_app.services import ServiceProcess, running_services
-from tests.fixtures.master import EXAMPLES, ROOT, MasterProcess
+from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
 from tests.fixtures.services import RunningService, Store, planner_settings
 from tests.fixtures.waiting import wait_for
 from worker.providers.image import grassdata
@@ -37,7 +37,6 @@ log = get_logger(__name__)
 C02 = json.loads((EXAMPLES / "VM" / "TeXstudio" / "C-02.json").read_text())
 C02_ACTIONS = ["hotkey", "type", "press", "type", "hotkey", "done"]
 KALGEBRA_C01 = json.loads((EXAMPLES / "VM" / "KAlgebra" / "C-01.json").read_text())
-REPLAYS = ROOT / "examples" / "replays"
 GRASS_A03 = json.loads((EXAMPLES / "VM" / "GrassGIS" / "A-03.json").read_text())
 EPISODE_TIMEOUT = 240.0
 
