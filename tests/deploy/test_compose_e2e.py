@@ -135,6 +135,29 @@ def write_env(path: Path, values: dict[str, str]) -> Path:
     return path
 
 
+def host_env() -> dict[str, str]:
+    """This process's environment without the project's settings (a project sees its own)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("CODA_", "COMPOSE_", "POSTGRES_"))}
+
+
+def server_project(name: str, values: dict[str, str], env_path: Path,
+                   engine: list[str]) -> Project:
+    """The server stack (``docker-compose.yml``, profile ``train``) with ``values`` in its
+    environment file, which the master reads too (``CODA_ENV_FILE``)."""
+    env_file = write_env(env_path, values)
+    return Project(name, [STACK], env_file,
+                   {**host_env(), **values, "CODA_ENV_FILE": str(env_file)}, engine,
+                   profiles=["train"])
+
+
+def vm_project(name: str, values: dict[str, str], env_path: Path,
+               engine: list[str]) -> Project:
+    """A VM server (``deploy/compose/vm-server.yml``) with ``values``."""
+    return Project(name, [VM_SERVER], write_env(env_path, values), {**host_env(), **values},
+                   engine)
+
+
 @dataclass
 class Stack:
     server: Project
@@ -159,12 +182,7 @@ def stack(engine: list[str], tmp_path: Path) -> Iterator[Stack]:
         "CODA_EXECUTOR_PUBLISH": str(ports["executor"]),
         "CODA_JUDGE_PUBLISH": str(ports["judge"]),
     }
-    server_env_file = write_env(tmp_path / "server.env", server_values)
-    base_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("CODA_", "COMPOSE_", "POSTGRES_"))}
-    server = Project(name, [STACK], server_env_file,
-                     {**base_env, **server_values, "CODA_ENV_FILE": str(server_env_file)},
-                     engine, profiles=["train"])
+    server = server_project(name, server_values, tmp_path / "server.env", engine)
     desktop_prefix = f"{name}-desktop"
     loopback = "http://127.0.0.1"
     vm_values = {
@@ -180,8 +198,7 @@ def stack(engine: list[str], tmp_path: Path) -> Iterator[Stack]:
         "CODA_VM_DIR": str(tmp_path / "vms"),
     }
     (tmp_path / "vms").mkdir()
-    vm = Project(f"{name}vm", [VM_SERVER], write_env(tmp_path / "vm.env", vm_values),
-                 {**base_env, **vm_values}, engine)
+    vm = vm_project(f"{name}vm", vm_values, tmp_path / "vm.env", engine)
     ok = False
     try:
         server.run("up", "-d", "--no-build")

@@ -42,11 +42,11 @@ from coda.logging import get_logger
 from coda.procs import free_port
 from tests.deploy.test_compose_e2e import (
     C02,
-    STACK,
-    VM_SERVER,
     Project,
     docker,
     engine,  # noqa: F401 - the module fixture this module shares
+    server_project,
+    vm_project,
     wait,
     write_env,
 )
@@ -242,12 +242,7 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
         # the master reads its optional settings from this file (env_file): a short lease TTL
         "CODA_LEASE_TTL_S": str(LEASE_TTL_S),
     }
-    server_env_file = write_env(tmp / "server.env", server_values)
-    base_env = {k: v for k, v in os.environ.items()
-                if not k.startswith(("CODA_", "COMPOSE_", "POSTGRES_"))}
-    server = Project(prefix, [STACK], server_env_file,
-                     {**base_env, **server_values, "CODA_ENV_FILE": str(server_env_file)},
-                     engine, profiles=["train"])
+    server = server_project(prefix, server_values, tmp / "server.env", engine)
     loopback = "http://127.0.0.1"
     master_url = f"{loopback}:{ports['master']}"
     vms = []
@@ -268,8 +263,7 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
             "CODA_VM_DIR": str(tmp / f"vms{i}"),
         }
         (tmp / f"vms{i}").mkdir()
-        project = Project(f"{prefix}vm{i}", [VM_SERVER], write_env(tmp / f"vm{i}.env", values),
-                          {**base_env, **values}, engine)
+        project = vm_project(f"{prefix}vm{i}", values, tmp / f"vm{i}.env", engine)
         vms.append(VmServer(project, values["CODA_WORKER_NAME"], desktop_prefix, values))
     http = httpx.Client(base_url=master_url, timeout=60,
                         headers={"authorization": f"Bearer {tok['admin']}"})
