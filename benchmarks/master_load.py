@@ -11,12 +11,13 @@ that slots never starve. ``--procs`` load-generator processes each run an asynci
 ``--slots-per-worker`` slots each; every slot leases one episode (long-poll), reports a step
 every ``--step-s`` for ``--episode-s``, then completes it and leases again; every simulated
 worker heartbeats all its slots' leases in one call every ``--heartbeat-s`` (as ``coda worker``
-does; ``--heartbeats per-job``: one call per lease). A 503 with ``Retry-After`` (the master
-shedding load) is counted apart (``shed``) and retried after that long plus jitter, as a worker
-does; the latencies are those of the admitted requests. Slot starts are spread over
-``--ramp-s`` and first episodes get staggered lengths, so the request rate is smooth.
-Latencies, errors and utilisation are measured after the warm-up (``--warmup-s``, at least the
-ramp) for ``--duration`` seconds.
+does; ``--heartbeats per-job``: one call per lease) and sends its slots' step reports in one
+call per ``--step-window-s`` (as ``coda worker``'s step reports; ``0``: one call per step).
+A 503 with ``Retry-After`` (the master shedding load) is counted apart (``shed``) and retried
+after that long plus jitter, as a worker does; the latencies are those of the admitted
+requests. Slot starts are spread over ``--ramp-s`` and first episodes get staggered lengths,
+so the request rate is smooth. Latencies, errors and utilisation are measured after the
+warm-up (``--warmup-s``, at least the ramp) for ``--duration`` seconds.
 
 The issue-25 runs (``--fleet-key`` puts their figures under ``master_scale`` of
 ``benchmarks/results/fleet.json``; see docs/fleet.md): 10,000 slots at the paper's cadence
@@ -157,14 +158,16 @@ def fleet_figures(doc: dict[str, Any]) -> dict[str, Any]:
     cfg = doc["config"]
     return {
         "slots": doc["slots"], "master_processes": doc["master_workers"],
-        "cadence": {k: cfg[k] for k in ("step_s", "heartbeat_s", "episode_s",
-                                        "slots_per_worker", "heartbeats")},
+        "cadence": {k: cfg.get(k) for k in ("step_s", "heartbeat_s", "episode_s",
+                                            "slots_per_worker", "heartbeats", "step_window_s")},
         "master_settings": cfg["master_env"], "duration_s": doc["duration_s"],
         "requests_per_s": doc["requests_per_s"], "p50_ms": doc["p50_ms"],
         "p90_ms": doc["p90_ms"], "p99_ms": doc["p99_ms"], "max_ms": doc["max_ms"],
         "errors": doc["errors"], "shed": doc["shed"], "shed_per_s": doc["shed_per_s"],
         "shed_p99_ms": doc["shed_p99_ms"], "utilization": doc["utilization"],
         "jobs_completed": doc["jobs_completed"], "lost_leases": doc["lost_leases"],
+        "step_calls_per_s": sum(doc["routes"].get(r, {}).get("requests_per_s", 0.0) for r in (
+            "POST /v1/jobs/steps", "POST /v1/jobs/{job_id}/steps")),
         "heartbeat_calls_per_s": sum(doc["routes"][r]["requests_per_s"] for r in (
             "POST /v1/jobs/heartbeat", "POST /v1/jobs/{job_id}/heartbeat")),
         "cores_used": doc.get("cpu", {}).get("cores_used"), "machine": doc["machine"],
@@ -213,6 +216,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeats", choices=("batched", "per-job"), default="batched",
                    help="batched: one POST /v1/jobs/heartbeat per simulated worker for all its "
                         "leases (as coda worker does); per-job: one call per lease")
+    p.add_argument("--step-window-s", type=float, default=5.0,
+                   help="with batched heartbeats, a simulated worker's step reports wait up to "
+                        "this long to go in one POST /v1/jobs/steps (as coda worker's default "
+                        "CODA_WORKER_STEP_REPORT_WINDOW_S); 0: one POST /v1/jobs/{id}/steps "
+                        "per step")
     p.add_argument("--master-env", action="append", default=[], metavar="CODA_X=VALUE",
                    help="a setting of the started master (repeatable), e.g. "
                         "CODA_SHED_MAX_IN_FLIGHT=0 to turn load shedding off")

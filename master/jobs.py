@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Literal
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
@@ -163,6 +164,45 @@ async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: 
         raise StepRefused(f"job {job_id} is a {row['kind']} job: only episode jobs have steps")
     raise StepRefused(f"step.attempt: {step.attempt} is not the attempt of this lease "
                       f"({row['attempts']}); leave it out, the master sets it")
+
+
+StepOutcome = tuple[Literal["stored", "lost", "refused"], str | None, str | None]
+"""What became of one batched step report: (``stored`` | ``lost`` | ``refused``, the job's
+status when lost, why when refused)."""
+
+
+def _refusal(row: asyncpg.Record | None, token: str, step: Step) -> StepOutcome:
+    """Why a report the lease did not allow was not stored (the single report's error)."""
+    if row is None:
+        return ("lost", None, None)
+    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
+        return ("lost", row["status"], None)
+    if row["kind"] != JobKind.EPISODE:
+        return ("refused", None, f"job {row['id']} is a {row['kind']} job: only episode jobs "
+                "have steps")
+    return ("refused", None, f"step.attempt: {step.attempt} is not the attempt of this lease "
+            f"({row['attempts']}); leave it out, the master sets it")
+
+
+async def report_steps(pg: asyncpg.Pool,
+                       reports: list[tuple[uuid.UUID, str, Step]]) -> list[StepOutcome]:
+    """Store many step reports (a worker's batched call) in one statement, each as
+    :func:`report_step` would; their outcomes in the order sent. Of reports of one job, token
+    and index, the last is stored and the others are answered as it is."""
+    last: dict[tuple[uuid.UUID, str, int], int] = {}
+    for n, (job_id, token, step) in enumerate(reports):
+        last[(job_id, token, step.index)] = n
+    kept = sorted(last.values())
+    stored = await step_rows.insert_many_for_lease(pg, [reports[n] for n in kept])
+    outcome: dict[int, StepOutcome] = {n: ("stored", None, None)
+                                      for k, n in enumerate(kept) if k in stored}
+    refused = [n for n in kept if n not in outcome]
+    if refused:
+        rows = await job_rows.leases_of(pg, list({reports[n][0] for n in refused}))
+        for n in refused:
+            job_id, token, step = reports[n]
+            outcome[n] = _refusal(rows.get(job_id), token, step)
+    return [outcome[last[(job_id, token, step.index)]] for job_id, token, step in reports]
 
 
 async def complete(

@@ -52,6 +52,7 @@ from worker.history import clip, history_of, storable
 from worker.providers.base import Desktop
 from worker.providers.client import GuestError
 from worker.settings import WorkerSettings
+from worker.steps import StepReporter
 from worker.tasks import TaskContext, run_checkers, run_setup
 from worker.tasks.checkers import episode_end
 from worker.tasks.readiness import LAUNCHING, ready_titles, wait_for_app
@@ -135,6 +136,8 @@ class EpisodeRun:
     executor: ExecutorClient
     settings: WorkerSettings
     pool: Executor | None = None
+    reporter: StepReporter | None = None
+    """The worker's batched step reports (None: one call per step)."""
     steps: list[Step] = field(default_factory=list)
     _report: asyncio.Task[None] | None = None
     _settled: Observation | None = None
@@ -145,6 +148,8 @@ class EpisodeRun:
         """Wait for the step report in flight (its error, e.g. :class:`LeaseGone`, here)."""
         pending, self._report = self._report, None
         if pending is not None:
+            if self.reporter is not None and not pending.done():
+                self.reporter.hurry()  # this slot waits for it: the batch goes now
             await pending
 
     async def _thread(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -312,7 +317,9 @@ class EpisodeRun:
         step.latency_ms = t.total
         step.timings = t
         step = storable(step)
-        self._report = asyncio.create_task(self._master(self.master.report_step(self.job, step)))
+        report = (self.reporter.report(self.job, step) if self.reporter is not None
+                  else self.master.report_step(self.job, step))
+        self._report = asyncio.create_task(self._master(report))
         self.steps.append(step)
         return (action if step.outcome is StepOutcome.OK else None), ended
 

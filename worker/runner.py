@@ -35,6 +35,7 @@ from worker.history import storable
 from worker.leases import LeaseKeeper
 from worker.providers.base import Provider
 from worker.settings import WorkerSettings
+from worker.steps import StepReporter
 from worker.tokens import secret_value
 
 log = get_logger("worker.runner")
@@ -67,6 +68,8 @@ class Worker:
         self.refused: str | None = None  # the master refused our token (401/403): why
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self.leases = LeaseKeeper(self.master, s.heartbeat_interval_s)
+        self.reporter = (StepReporter(self.master, s.step_report_window_s)
+                         if s.step_report_window_s > 0 else None)
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
 
@@ -85,6 +88,8 @@ class Worker:
                           for n in range(self.settings.job_slots)]
             beat = asyncio.create_task(self._worker_heartbeats(), name="worker-heartbeat")
             keeper = asyncio.create_task(self.leases.run(), name="lease-heartbeats")
+            reports = (asyncio.create_task(self.reporter.run(), name="step-reports")
+                       if self.reporter is not None else None)
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
                      job_slots=self.settings.job_slots, provider=self.settings.provider,
                      kinds=[k.value for k in self.settings.kinds])
@@ -93,11 +98,12 @@ class Worker:
             for task in idle:
                 task.cancel()
             await self._drain(slots)
-            beat.cancel()
-            keeper.cancel()
+            helpers = [beat, keeper] + ([reports] if reports is not None else [])
+            for helper in helpers:
+                helper.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a
             # cancel of this task is still raised (and so is an error of the heartbeats)
-            for ended in await asyncio.gather(beat, keeper, return_exceptions=True):
+            for ended in await asyncio.gather(*helpers, return_exceptions=True):
                 if isinstance(ended, Exception):
                     raise ended
         finally:
@@ -227,7 +233,7 @@ class Worker:
             assert slot is not None
             run = EpisodeRun(job=job, desktop=self.provider.desktop(slot), master=self.master,
                              planner=self.planner, executor=self.executor,
-                             settings=self.settings, pool=self.pool)
+                             settings=self.settings, pool=self.pool, reporter=self.reporter)
             return run.run
         if isinstance(job, JudgeJob):
             return lambda: run_judge(job, master=self.master, judge=self.judge,

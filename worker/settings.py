@@ -60,6 +60,11 @@ class WorkerSettings(BaseSettings):
                     "are not spent while it is down")
     heartbeat_interval_s: float = Field(default=10.0, gt=0,
                                         description="job and worker heartbeats")
+    step_report_window_s: float = Field(
+        default=5.0, ge=0, le=60,
+        description="a slot's step report waits up to this long to go to the master with the "
+                    "other slots' in one call (POST /v1/jobs/steps); one that a slot waits for "
+                    "goes at once. 0: one call per step")
     drain_grace_s: float = Field(default=60.0, ge=0,
                                  description="SIGTERM: running jobs get this long to finish")
     max_steps: int | None = Field(default=None, ge=1, le=1000,

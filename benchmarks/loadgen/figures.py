@@ -6,13 +6,14 @@ from typing import Any
 
 from benchmarks.common import percentile, rounded
 
-ROUTES = ("register", "lease", "heartbeats", "heartbeat", "step", "complete")
+ROUTES = ("register", "lease", "heartbeats", "heartbeat", "step", "steps", "complete")
 ROUTE_PATHS = {
     "register": "POST /v1/workers",
     "lease": "POST /v1/jobs/lease",
     "heartbeats": "POST /v1/jobs/heartbeat",
     "heartbeat": "POST /v1/jobs/{job_id}/heartbeat",
     "step": "POST /v1/jobs/{job_id}/steps",
+    "steps": "POST /v1/jobs/steps",
     "complete": "POST /v1/jobs/{job_id}/complete",
 }
 

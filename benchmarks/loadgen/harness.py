@@ -200,7 +200,8 @@ def drive(args: argparse.Namespace, master: Master, *, ramp: float,
                          t0=t0, ramp_s=ramp, window=window, episode_s=args.episode_s,
                          step_s=args.step_s, heartbeat_s=args.heartbeat_s, wait_s=args.wait_s,
                          slots_per_worker=args.slots_per_worker, timeout_s=args.timeout_s,
-                         client=args.client, batched_heartbeats=args.heartbeats == "batched")
+                         client=args.client, batched_heartbeats=args.heartbeats == "batched",
+                         step_window_s=getattr(args, "step_window_s", 0.0))
         p = ctx.Process(target=load_process, args=(cfg, out), daemon=True)
         p.start()
         procs.append(p)

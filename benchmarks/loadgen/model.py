@@ -33,6 +33,10 @@ class LoadConfig:
     client: str = "raw"
     report_every_s: float = 2.0
     batched_heartbeats: bool = True  # one call per simulated worker for all its leases
+    # > 0: a simulated worker's step reports wait up to this long to go in one call
+    # (POST /v1/jobs/steps, as coda worker's StepReporter; a slot waiting for its previous
+    # report sends the batch at once); 0: one call per step
+    step_window_s: float = 0.0
     shed_retries: int = 8  # a 503 is retried after its Retry-After (plus jitter) this often
 
 
@@ -69,6 +73,8 @@ class Server:
 
     held: dict[str, str] = field(default_factory=dict)  # job id -> lease token
     lost: set[str] = field(default_factory=set)
+    steps: list[tuple[dict[str, Any], asyncio.Future[bool]]] = field(default_factory=list)
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Slots:
@@ -133,7 +139,36 @@ class Slots:
         if got and self.cfg.batched_heartbeats and server not in self.servers:
             self.servers[server] = Server()
             self.beats.append(asyncio.ensure_future(self._keep_leases(server)))
+            if self.cfg.step_window_s > 0:
+                self.beats.append(asyncio.ensure_future(self._send_steps(server)))
         return str(got["id"]) if got else None
+
+    async def _send_steps(self, server: int) -> None:
+        """The server's step reports: what its slots reported, in one call per window (at
+        once when a slot waits for its report)."""
+        cfg, state = self.cfg, self.servers[server]
+        http = self.connection()
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.hurry.wait(), cfg.step_window_s)
+                state.hurry.clear()
+                batch, state.steps = state.steps[:256], state.steps[256:]
+                if not batch:
+                    continue
+                got = await self.call(http, "steps", "/v1/jobs/steps",
+                                      {"reports": [report for report, _ in batch]})
+                answers = got["reports"] if got else [{"outcome": "error"}] * len(batch)
+                for (report, done), answer in zip(batch, answers, strict=False):
+                    if answer["outcome"] == "lost":
+                        state.lost.add(report["job_id"])
+                    if not done.done():
+                        done.set_result(answer["outcome"] == "stored")
+        finally:
+            for _, done in state.steps:
+                if not done.done():
+                    done.set_result(False)
+            await http.aclose()
 
     async def _keep_leases(self, server: int) -> None:
         """The server's lease keeping: every ``heartbeat_s``, one call for all its leases."""
@@ -216,6 +251,8 @@ class Slots:
         end = start + length
         next_step, index = start + cfg.step_s, 0
         next_hb = start + cfg.heartbeat_s if server is None else float("inf")
+        batched = server is not None and cfg.step_window_s > 0
+        previous: asyncio.Future[bool] | None = None  # the last step report (batched)
         while True:
             due = min(next_step, next_hb, end)
             if due > self.stop_at:
@@ -224,10 +261,19 @@ class Slots:
             if due >= end:
                 break
             if due == next_step:
-                ok = await self.call(http, "step", f"{base}/steps", {"lease_token": token, "step": {
-                    "index": index, "thought": "simulated step",
-                    "action": {"type": "click", "x": 10 + index, "y": 20},
-                    "latency_ms": 1500.0}})
+                step = {"index": index, "thought": "simulated step",
+                        "action": {"type": "click", "x": 10 + index, "y": 20},
+                        "latency_ms": 1500.0}
+                if batched:
+                    assert server is not None
+                    await _landed(previous, server)  # as a worker's slot does
+                    previous = asyncio.get_running_loop().create_future()
+                    server.steps.append(({"job_id": job["id"], "lease_token": token,
+                                          "step": step}, previous))
+                    ok = True
+                else:
+                    ok = await self.call(http, "step", f"{base}/steps",
+                                         {"lease_token": token, "step": step})
                 index, next_step = index + 1, next_step + cfg.step_s
             else:
                 ok = await self.call(http, "heartbeat", f"{base}/heartbeat",
@@ -238,6 +284,9 @@ class Slots:
                 return "lost"
             if ok is False and server is None and await self._lost(http, base, token):
                 return "lost"
+        if batched:
+            assert server is not None
+            await _landed(previous, server)  # the last report lands before the completion
         done = await self.call(http, "complete", f"{base}/complete", {
             "lease_token": token, "kind": "episode",
             "result": {"success": index % 2 == 0, "steps": index}})
@@ -256,6 +305,13 @@ class Slots:
 
     def _slot_window(self) -> None:
         self.tally.slot_s += self.cfg.window[1] - self.cfg.window[0]
+
+
+async def _landed(report: asyncio.Future[bool] | None, server: Server) -> None:
+    """Wait for a batched step report, sending its batch at once if it still waits."""
+    if report is not None and not report.done():
+        server.hurry.set()
+        await report
 
 
 async def _sleep_until(wall: float) -> None:

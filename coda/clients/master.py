@@ -25,6 +25,7 @@ from coda.contracts.master_api import (
     JobFail,
     JobHeartbeatResponse,
     JobState,
+    JobStepReport,
     JudgeJobCreate,
     LeaseHeartbeats,
     LeaseHeartbeatsResponse,
@@ -35,6 +36,8 @@ from coda.contracts.master_api import (
     ModelVersionList,
     StatusReport,
     StepReport,
+    StepReports,
+    StepReportsResponse,
     WorkerHeartbeat,
     WorkerRegister,
     WorkerTokenInfo,
@@ -114,6 +117,13 @@ class MasterClient(JsonClient):
     async def report_step(self, job: Job, step: Step) -> None:
         await self.send("POST", f"/v1/jobs/{job.id}/steps",
                         StepReport(lease_token=job.lease_token, step=step))
+
+    async def report_steps(self, reports: list[tuple[Job, Step]]) -> StepReportsResponse:
+        """Store the steps of several jobs in one call (at most ``STEP_BATCH_MAX``): each
+        comes back ``stored``, ``lost`` or ``refused``, in order."""
+        body = StepReports(reports=[JobStepReport(job_id=j.id, lease_token=j.lease_token,
+                                                  step=s) for j, s in reports])
+        return await self.request("POST", "/v1/jobs/steps", body, StepReportsResponse)
 
     async def complete(self, job: Job, result: JobResult) -> None:
         """Finish ``job`` with the result of its kind (a result of another kind is refused

@@ -200,6 +200,45 @@ class StepReport(LeaseToken):
     step: Step
 
 
+STEP_BATCH_MAX = 256
+"""Step reports one batched call may carry (``POST /v1/jobs/steps``)."""
+
+
+class JobStepReport(StepReport):
+    """One step of the episode job ``job_id`` runs, with the token it was leased with."""
+
+    job_id: uuid.UUID
+
+
+class StepReports(BaseModel):
+    """``POST /v1/jobs/steps``: the step reports a worker's slots made since its last call,
+    in one call (a VM server whose slots step every 10 s sends one call every few seconds,
+    not one per step)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reports: list[JobStepReport] = Field(min_length=1, max_length=STEP_BATCH_MAX)
+
+
+class StepReportOutcome(BaseModel):
+    """The answer for one report: ``stored``; ``lost`` (the lease is not held with that
+    token: stop working on the job; ``status`` is the job's, None when there is no such job);
+    or ``refused`` (the report does not fit the lease: ``detail`` says why, as the single
+    report's 409 or 422 would)."""
+
+    job_id: uuid.UUID
+    index: int
+    outcome: Literal["stored", "lost", "refused"]
+    status: JobStatus | None = None
+    detail: str | None = None
+
+
+class StepReportsResponse(BaseModel):
+    """One :class:`StepReportOutcome` per report sent, in the order sent."""
+
+    reports: list[StepReportOutcome]
+
+
 class EpisodeJobComplete(LeaseToken):
     kind: Literal[JobKind.EPISODE]
     result: EpisodeResult

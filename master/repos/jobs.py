@@ -92,9 +92,9 @@ async def lease_of(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record:
 
 
 async def leases_of(conn: Conn, job_ids: list[uuid.UUID]) -> dict[uuid.UUID, asyncpg.Record]:
-    """status and lease_token of the jobs that exist among ``job_ids``, by id."""
-    rows = await conn.fetch("select id, status, lease_token from jobs where id = any($1::uuid[])",
-                            job_ids)
+    """status, kind, lease_token and attempts of the jobs that exist among ``job_ids``, by id."""
+    rows = await conn.fetch("select id, status, kind, lease_token, attempts from jobs "
+                            "where id = any($1::uuid[])", job_ids)
     return {r["id"]: r for r in rows}
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import asyncpg
@@ -29,6 +30,39 @@ async def insert_for_lease(conn: Conn, job_id: uuid.UUID, token: str, step: Step
     body = step.model_dump(mode="json", exclude={"created_at"})
     return await conn.fetchval(_FOR_LEASE, job_id, token, step.index, body,
                                step.attempt) is not None
+
+
+# The same for many reports at once (a worker's batched call): one statement; the numbers
+# (1-based, in the order sent) of the reports the leases allowed come back. Every row the
+# ``ok`` CTE finds is stored: a data-modifying CTE runs to completion.
+_MANY_FOR_LEASE = (
+    "with r as (select * from unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[]) "
+    "with ordinality as r(job_id, token, idx, body, attempt, n)), "
+    "ok as (select r.n, e.id as episode_id, j.attempts, r.idx, r.body from r "
+    "join jobs j on j.id = r.job_id and j.lease_token = r.token and j.status = 'leased' "
+    "and (r.attempt is null or r.attempt = j.attempts) "
+    "join episodes e on e.job_id = j.id), "
+    "ins as (insert into steps (episode_id, attempt, idx, body) "
+    "select episode_id, attempts, idx, jsonb_set(body::jsonb, '{attempt}', to_jsonb(attempts)) "
+    "from ok on conflict (episode_id, attempt, idx) do update set body = excluded.body) "
+    "select n from ok"
+)
+
+
+async def insert_many_for_lease(conn: Conn,
+                                reports: list[tuple[uuid.UUID, str, Step]]) -> set[int]:
+    """Store each ``(job_id, token, step)`` as :func:`insert_for_lease` would, in one
+    statement; the positions (0-based) of those the leases allowed. Two reports of one job and
+    index must not both be sent (the caller keeps the last)."""
+    if not reports:
+        return set()
+    rows = await conn.fetch(
+        _MANY_FOR_LEASE, [j for j, _, _ in reports], [t for _, t, _ in reports],
+        [s.index for _, _, s in reports],
+        [json.dumps(s.model_dump(mode="json", exclude={"created_at"}), separators=(",", ":"))
+         for _, _, s in reports],
+        [s.attempt for _, _, s in reports])
+    return {int(r["n"]) - 1 for r in rows}
 
 
 async def of_episode(conn: Conn, episode_id: uuid.UUID) -> list[Step]:

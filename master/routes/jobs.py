@@ -23,6 +23,9 @@ from coda.contracts.master_api import (
     LeaseResponse,
     LeaseToken,
     StepReport,
+    StepReportOutcome,
+    StepReports,
+    StepReportsResponse,
 )
 from coda.service import error_responses
 from master import jobs, tokens
@@ -119,6 +122,28 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
     expires = await jobs.heartbeat(core.pg, core.queue, core.clock, job_id=job_id,
                                    token=body.lease_token, ttl_s=core.settings.lease_ttl_s)
     return JobHeartbeatResponse(lease_expires_at=expires)
+
+
+_LABEL_REFUSED = "step.label: set by the master from the episode's verdict, not by a worker"
+
+
+@router.post("/steps")
+async def report_steps(body: StepReports, core: State, _: WorkerAuth) -> StepReportsResponse:
+    """Store the steps a worker's slots made since its last call, in one call (as
+    ``POST /v1/jobs/{job_id}/steps`` stores one): each report is ``stored``, ``lost`` (stop
+    working on that job) or ``refused`` (``detail`` says why), in the order sent."""
+    allowed = [(n, r) for n, r in enumerate(body.reports) if r.step.label is None]
+    stored = await jobs.report_steps(core.pg, [(r.job_id, r.lease_token, r.step)
+                                               for _, r in allowed])
+    outcomes = [StepReportOutcome(job_id=r.job_id, index=r.step.index, outcome="refused",
+                                  detail=_LABEL_REFUSED) for r in body.reports]
+    for (n, r), (outcome, job_status, detail) in zip(allowed, stored, strict=True):
+        outcomes[n] = StepReportOutcome(job_id=r.job_id, index=r.step.index,
+                                        outcome=outcome,
+                                        status=job_status, detail=detail)
+    if core.metrics:
+        core.metrics.steps.inc(sum(o.outcome == "stored" for o in outcomes))
+    return StepReportsResponse(reports=outcomes)
 
 
 @router.post("/{job_id}/steps", status_code=204, responses=error_responses(404, 409))

@@ -34,7 +34,7 @@ def test_master_load_smoke(tmp_path: Path, postgres_server_url: str,
         [sys.executable, "-m", "benchmarks.master_load", "--slots", "10", "--duration", "4",
          "--workers", "1", "--procs", "1", "--episode-s", "3", "--step-s", "1",
          "--heartbeat-s", "1.5", "--ramp-s", "1", "--warmup-s", "1.5", "--wait-s", "1",
-         "--out", str(out)],
+         "--step-window-s", "2", "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -44,7 +44,7 @@ def test_master_load_smoke(tmp_path: Path, postgres_server_url: str,
     assert set(doc["routes"]) == {
         "POST /v1/workers", "POST /v1/jobs/lease", "POST /v1/jobs/heartbeat",
         "POST /v1/jobs/{job_id}/heartbeat", "POST /v1/jobs/{job_id}/steps",
-        "POST /v1/jobs/{job_id}/complete"}
+        "POST /v1/jobs/steps", "POST /v1/jobs/{job_id}/complete"}
     for figures in doc["routes"].values():
         assert {"requests", "requests_per_s", "errors", "p50_ms", "p99_ms",
                 "shed"} <= figures.keys()
@@ -52,5 +52,9 @@ def test_master_load_smoke(tmp_path: Path, postgres_server_url: str,
     # the simulated worker heartbeats all its leases in one call, as coda worker does
     assert doc["routes"]["POST /v1/jobs/heartbeat"]["requests"] > 0
     assert doc["routes"]["POST /v1/jobs/{job_id}/heartbeat"]["requests"] == 0
+    # and sends its slots' step reports in one call per window, as coda worker does
+    assert doc["routes"]["POST /v1/jobs/steps"]["requests"] > 0
+    assert doc["routes"]["POST /v1/jobs/{job_id}/steps"]["requests"] == 0
+    assert doc["errors"] == 0 and doc["lost_leases"] == 0
     assert {"shed", "shed_p99_ms"} <= doc.keys()
     assert 0.0 <= doc["utilization"] <= 1.0

@@ -15,7 +15,8 @@ import pytest
 from coda.clients.base import MAX_RETRY_AFTER_S, RETRY_AFTER_JITTER, ServiceError, after_hint
 from coda.clients.master import MasterClient
 from coda.contracts.jobs import EpisodeResult
-from coda.contracts.master_api import HEARTBEAT_BATCH_MAX, WorkerRegister
+from coda.contracts.master_api import HEARTBEAT_BATCH_MAX, STEP_BATCH_MAX, WorkerRegister
+from coda.contracts.records import Step, StepLabel
 from tests.fixtures.waiting import wait_for, wait_for_async
 from tests.master.conftest import submit
 
@@ -56,6 +57,87 @@ async def test_a_batch_is_bounded(wclient, worker):
         await wclient.send("POST", "/v1/jobs/heartbeat",
                            {"leases": [ref] * (HEARTBEAT_BATCH_MAX + 1)})
     assert err.value.status == 422 and "leases" in str(err.value.detail)
+
+
+async def test_one_call_stores_the_steps_of_many_jobs_and_names_the_rest(master, admin, wclient,
+                                                                          worker):
+    await submit(admin, n_tasks=2, rollouts=2)
+    a, b, c, d = await wclient.lease(worker.id, capacity=4)
+    await wclient.complete(b, EpisodeResult(success=True))  # finished: its lease is gone
+    forged = c.model_copy(update={"lease_token": "x" * 32})
+    before = master.requests("/v1/jobs/steps")
+    got = await wclient.report_steps([
+        (a, Step(index=0, thought="open")), (a, Step(index=1, thought="first")),
+        (b, Step(index=0)), (forged, Step(index=0)), (d, Step(index=0, attempt=7)),
+        (d, Step(index=1, label=StepLabel.POSITIVE)), (a, Step(index=1, thought="again")),
+        (c, Step(index=0, thought="c's own"))])
+    assert master.requests("/v1/jobs/steps") == before + 1
+    assert [(r.job_id, r.index, r.outcome) for r in got.reports] == [
+        (a.id, 0, "stored"), (a.id, 1, "stored"), (b.id, 0, "lost"), (c.id, 0, "lost"),
+        (d.id, 0, "refused"), (d.id, 1, "refused"), (a.id, 1, "stored"), (c.id, 0, "stored")]
+    assert got.reports[2].status == "succeeded" and got.reports[3].status == "leased"
+    assert "step.attempt" in (got.reports[4].detail or "")
+    assert "step.label" in (got.reports[5].detail or "")
+    # the last report of one job and index is the one stored, as with one call per step
+    ep = await admin.get_episode(a.payload.episode_id)
+    assert [(s.index, s.thought, s.attempt) for s in ep.steps or []] == [
+        (0, "open", 1), (1, "again", 1)]
+    ep = await admin.get_episode(c.payload.episode_id)
+    assert [s.thought for s in ep.steps or []] == ["c's own"]
+    ep = await admin.get_episode(d.payload.episode_id)
+    assert ep.steps == []
+
+
+async def test_a_step_batch_is_bounded(wclient, worker):
+    with pytest.raises(ServiceError) as err:
+        await wclient.send("POST", "/v1/jobs/steps", {"reports": []})
+    assert err.value.status == 422
+    report = {"job_id": str(uuid.uuid4()), "lease_token": "x" * 32, "step": {"index": 0}}
+    with pytest.raises(ServiceError) as err:
+        await wclient.send("POST", "/v1/jobs/steps", {"reports": [report] * (STEP_BATCH_MAX + 1)})
+    assert err.value.status == 422 and "reports" in str(err.value.detail)
+    got = await wclient.send("POST", "/v1/jobs/steps", {"reports": [report]})
+    assert got.json()["reports"] == [{"job_id": report["job_id"], "index": 0, "outcome": "lost",
+                                      "status": None, "detail": None}]
+
+
+async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclient, worker):
+    """The worker's step reports (:class:`worker.steps.StepReporter`): the reports of all its
+    slots wait for the window and go in one call; a slot that waits for its report sends the
+    batch at once; a report the master answers lost raises the single call's 409."""
+    from worker.episode import lease_lost
+    from worker.steps import StepReporter
+
+    await submit(admin, n_tasks=3)
+    jobs = await wclient.lease(worker.id, capacity=3)
+    await wclient.complete(jobs[2], EpisodeResult(success=True))
+    reporter = StepReporter(wclient, window_s=3600)
+    sending = asyncio.create_task(reporter.run())
+    before = master.requests("/v1/jobs/steps")
+    reports = [asyncio.create_task(reporter.report(job, Step(index=0, thought=f"slot {n}")))
+               for n, job in enumerate(jobs)]
+    async def waiting(n: int) -> bool:
+        return len(reporter.pending) == n
+
+    await wait_for_async(lambda: waiting(3), "the three reports to wait for the window")
+    # nothing is sent while the window runs and nobody waits
+    assert master.requests("/v1/jobs/steps") == before and not any(r.done() for r in reports)
+    reporter.hurry()  # a slot waits for its report: the batch goes now
+    done = await asyncio.gather(*reports, return_exceptions=True)
+    assert done[:2] == [None, None]
+    assert isinstance(done[2], ServiceError) and lease_lost(done[2], master.url)
+    assert master.requests("/v1/jobs/steps") == before + 1 and reporter.calls == 1
+    for job in jobs[:2]:
+        ep = await admin.get_episode(job.payload.episode_id)
+        assert [s.index for s in ep.steps or []] == [0]
+    # stopping: a report still waiting hears why
+    late = asyncio.create_task(reporter.report(jobs[0], Step(index=1)))
+    await wait_for_async(lambda: waiting(1), "the late report to wait")
+    sending.cancel()
+    await asyncio.gather(sending, return_exceptions=True)
+    with pytest.raises(ServiceError) as err:
+        await late
+    assert err.value.status == 503
 
 
 async def test_two_master_processes_share_the_queue_and_the_leases(master_factory, master,
