@@ -137,6 +137,17 @@ def test_revert_really_cleans_and_keeps_the_container(desktop: ContainerDesktop,
     assert desktop.health().ok
 
 
+def test_the_engine_runs_no_healthcheck_in_a_desktop(desktop: ContainerDesktop,
+                                                      docker_client: Any) -> None:
+    """The image's HEALTHCHECK (for a container run by hand) is off in the provider's
+    containers: the provider probes the agent itself, and the engine's exec every 10 s costs
+    CPU on every desktop."""
+    desktop.container.reload()
+    config = desktop.container.attrs["Config"]
+    assert config.get("Healthcheck", {}).get("Test") == ["NONE"]
+    assert "Health" not in desktop.container.attrs["State"]
+
+
 class _Containers:
     def __init__(self, containers: Any) -> None:
         self._c = containers

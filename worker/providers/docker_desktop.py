@@ -9,11 +9,12 @@ manager and the project's guest agent (``worker.providers.session``) as a non-ro
   display up, screenshot not blank); while it waits, a container that exited ends the wait with
   its typed reason.
 * Reset (``reset="revert"``, the default): the agent closes every application it started, the
-  provider waits until no window is left, then ``coda-desktop-restore`` (as root, through
-  ``docker exec``) makes the home a fresh copy of the image's template and empties what the
-  desktop user left in ``/tmp``, ``/var/tmp`` and ``/dev/shm``: the container, display and
-  agent stay. ``reset="recreate"``: remove the container and run a new one from the image
-  (everything fresh, slower: see ``benchmarks/results/env.json``).
+  provider waits until no window is left, then the agent (``POST /coda/restore``; an older
+  image without it: ``coda-desktop-restore`` as root through ``docker exec``) makes the home a
+  fresh copy of the image's template and empties what the desktop user left in ``/tmp``,
+  ``/var/tmp`` and ``/dev/shm``: the container, display and agent stay.
+  ``reset="recreate"``: remove the container and run a new one from the image (everything
+  fresh, slower: see ``benchmarks/results/env.json``).
 * Health: the container's state first: a session that exited says which process died (exit
   code 3/4 ``x_crashed``, 5 ``agent_gone``: :data:`worker.providers.session.EXIT_REASONS`);
   killed, out of memory or gone is ``vm_off``. Then the agent's own health.
@@ -81,6 +82,10 @@ class ContainerDesktop(ContainerSlot):
                 labels={PREFIX_LABEL: self.s.name_prefix, "coda.slot": str(self.slot)},
                 ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),
                        f"{APPS_PORT}/tcp": (self.s.bind_host, None)},
+                # the image's HEALTHCHECK is for a container run by hand: here the provider
+                # probes the agent itself, and the engine's exec every 10 s cost ~0.01 cores a
+                # container (8 idle desktops: 0.10 cores with it, 0.03 without)
+                healthcheck={"test": ["NONE"]},
                 network=self.s.network, mem_limit=self.s.mem_limit, shm_size=self.s.shm_size,
                 nano_cpus=int(self.s.cpu_limit * 1e9) if self.s.cpu_limit else None,
                 cgroup_parent=(self.s.cgroup_parent.format(slot=self.slot)
