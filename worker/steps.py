@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 
 import httpx
+from pydantic import ValidationError
 
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
@@ -85,15 +86,17 @@ class StepReporter:
         if not batch:
             return
         self.calls += 1
+        url = str(self.master.http.base_url.join("/v1/jobs/steps"))
         try:
             got = await self.master.report_steps([(job, step) for job, step, _ in batch])
-        except (ServiceError, httpx.HTTPError) as exc:
-            log.warning("job.step_reports_failed", reports=len(batch), error=str(exc))
+        except (ServiceError, httpx.HTTPError, ValidationError) as exc:
+            log.warning("job.step_reports_failed", reports=len(batch), error=str(exc)[:500])
+            failed = exc if not isinstance(exc, ValidationError) else ServiceError(
+                502, f"the master's answer does not fit: {str(exc)[:300]}", url)
             for _job, _step, done in batch:
                 if not done.done():
-                    done.set_exception(exc)
+                    done.set_exception(failed)
             return
-        url = str(self.master.http.base_url.join("/v1/jobs/steps"))
         for (job, _step, done), answer in zip(batch, got.reports, strict=False):
             if done.done():
                 continue

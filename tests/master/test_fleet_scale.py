@@ -140,6 +140,28 @@ async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclie
     assert err.value.status == 503
 
 
+async def test_a_step_batch_the_master_never_got_fails_every_report_in_it(admin, wclient,
+                                                                          worker):
+    """A batch call that fails (the master unreachable) fails each report in it with that
+    error, as each single call would; the reporter goes on with the next batch."""
+    from coda.procs import free_port
+    from worker.steps import StepReporter
+
+    await submit(admin, n_tasks=1)
+    [job] = await wclient.lease(worker.id)
+    async with MasterClient(f"http://127.0.0.1:{free_port()}", token="x" * 32,
+                            retries=1) as gone:
+        reporter = StepReporter(gone, window_s=0.05)
+        sending = asyncio.create_task(reporter.run())
+        results = await asyncio.gather(reporter.report(job, Step(index=0)),
+                                       reporter.report(job, Step(index=1)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, httpx.TransportError) for r in results), results
+        assert reporter.calls == 1 and not sending.done()  # it goes on with the next batch
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+
+
 async def test_two_master_processes_share_the_queue_and_the_leases(master_factory, master,
                                                                     admin, worker):
     """A job submitted on one master process is leased through the other, heartbeated in a

@@ -47,6 +47,9 @@ class DockerSettings:
     # the container's parent cgroup ("{slot}" replaced by the slot): e.g. "/coda-desktop-{slot}"
     # gives each desktop its own CPU weight beside the host's processes (cgroup v1, cgroupfs)
     cgroup_parent: str | None = None
+    # the image's HEALTHCHECK: an exec into the container every 10 s (~0.01 cores a desktop);
+    # off by default, the provider probes the agent itself
+    image_healthcheck: bool = False
     shm_size: str = "256m"  # /dev/shm (Chromium-based help views, Qt)
     close_timeout_s: float = 10.0  # revert: wait this long for the windows to close
 

@@ -85,7 +85,7 @@ class ContainerDesktop(ContainerSlot):
                 # the image's HEALTHCHECK is for a container run by hand: here the provider
                 # probes the agent itself, and the engine's exec every 10 s cost ~0.01 cores a
                 # container (8 idle desktops: 0.10 cores with it, 0.03 without)
-                healthcheck={"test": ["NONE"]},
+                healthcheck=None if self.s.image_healthcheck else {"test": ["NONE"]},
                 network=self.s.network, mem_limit=self.s.mem_limit, shm_size=self.s.shm_size,
                 nano_cpus=int(self.s.cpu_limit * 1e9) if self.s.cpu_limit else None,
                 cgroup_parent=(self.s.cgroup_parent.format(slot=self.slot)
