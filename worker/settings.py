@@ -61,7 +61,7 @@ class WorkerSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=10.0, gt=0,
                                         description="job and worker heartbeats")
     step_report_window_s: float = Field(
-        default=5.0, ge=0, le=60,
+        default=5.0, ge=0, le=3600,
         description="a slot's step report waits up to this long to go to the master with the "
                     "other slots' in one call (POST /v1/jobs/steps); one that a slot waits for "
                     "goes at once. 0: one call per step")

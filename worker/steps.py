@@ -56,9 +56,10 @@ class StepReporter:
         await done
 
     def hurry(self) -> None:
-        """Send what is pending now (a slot waits for its report)."""
-        if self.pending:
-            self._now.set()
+        """Send what is pending now, or the next report at once if the one a slot waits for
+        has not reached the reporter yet (its task has not run): a slot never waits for the
+        window."""
+        self._now.set()
 
     async def run(self) -> None:
         try:

@@ -130,8 +130,13 @@ async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclie
     for job in jobs[:2]:
         ep = await admin.get_episode(job.payload.episode_id)
         assert [s.index for s in ep.steps or []] == [0]
+    # a slot that waits for a report whose task has not run yet: it goes at once when it comes
+    quick = asyncio.create_task(reporter.report(jobs[0], Step(index=1)))
+    reporter.hurry()
+    await asyncio.wait_for(quick, timeout=60)  # the window is an hour: sent because hurried
+    assert reporter.calls == 2
     # stopping: a report still waiting hears why
-    late = asyncio.create_task(reporter.report(jobs[0], Step(index=1)))
+    late = asyncio.create_task(reporter.report(jobs[0], Step(index=2)))
     await wait_for_async(lambda: waiting(1), "the late report to wait")
     sending.cancel()
     await asyncio.gather(sending, return_exceptions=True)

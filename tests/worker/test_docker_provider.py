@@ -148,6 +148,15 @@ def test_the_engine_runs_no_healthcheck_in_a_desktop(desktop: ContainerDesktop,
     assert "Health" not in desktop.container.attrs["State"]
 
 
+def test_the_image_font_caches_are_valid(desktop: ContainerDesktop) -> None:
+    """Fontconfig takes the image's system caches as current: an application start in an
+    emptied home (every reset) builds no font cache of its own (~0.13 CPU s each when it did)."""
+    code, out = desktop.container.exec_run(
+        ["sh", "-c", "rm -rf ~/.cache/fontconfig && fc-list >/dev/null && "
+                     "ls ~/.cache/fontconfig 2>/dev/null | wc -l"], user="user")
+    assert code == 0 and out.decode().strip() == "0", out
+
+
 class _Containers:
     def __init__(self, containers: Any) -> None:
         self._c = containers

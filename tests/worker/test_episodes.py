@@ -143,9 +143,14 @@ def test_replay_solves_the_texstudio_task_and_a_group_job_scores_plans(
         wmaster: MasterProcess, replay_services: tuple[str, str],
         judge_service: RunningService, desktop_host: None, tmp_path: Path) -> None:
     rest, episode_id, env = _c02_episode(wmaster, replay_services, judge_service)
+    # an hour's window: each step report goes only because the slot waits for it (its next
+    # step, the episode's end), so the episode ends only if every such wait sends at once
+    env["CODA_WORKER_STEP_REPORT_WINDOW_S"] = "3600"
     with running_worker(env, tmp_path / "worker.log") as worker:
         ep = _wait_episode(rest, episode_id, worker)
         _assert_c02_solved(ep, attempt=1)
+        assert wmaster.requests("/v1/jobs/steps") >= 1
+        assert wmaster.requests("/v1/jobs/{job_id}/steps") == 0
         (tmp_path / "episode.json").write_text(json.dumps(ep, indent=1))
         _group_job(rest, episode_id, worker)
     groups = rest.http.post("/v1/groups/lease", json={"max_groups": 10}).json()["items"]
