@@ -157,28 +157,27 @@ async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: 
     """Store a step of the episode this job runs (idempotent per attempt and index)."""
     if await step_rows.insert_for_lease(pg, job_id, token, step):
         return
-    row = await job_rows.lease_of(pg, job_id)
-    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
-        raise LeaseLost(job_id, row["status"])
-    if row["kind"] != JobKind.EPISODE:
-        raise StepRefused(f"job {job_id} is a {row['kind']} job: only episode jobs have steps")
-    raise StepRefused(f"step.attempt: {step.attempt} is not the attempt of this lease "
-                      f"({row['attempts']}); leave it out, the master sets it")
+    outcome, status, detail = _refusal(job_id, await job_rows.lease_of(pg, job_id), token, step)
+    if outcome == "lost":
+        raise LeaseLost(job_id, status)
+    raise StepRefused(detail)
 
 
 StepOutcome = tuple[Literal["stored", "lost", "refused"], str | None, str | None]
-"""What became of one batched step report: (``stored`` | ``lost`` | ``refused``, the job's
-status when lost, why when refused)."""
+"""What became of one step report: (``stored`` | ``lost`` | ``refused``, the job's status
+when lost, why when refused)."""
 
 
-def _refusal(row: asyncpg.Record | None, token: str, step: Step) -> StepOutcome:
-    """Why a report the lease did not allow was not stored (the single report's error)."""
+def _refusal(job_id: uuid.UUID, row: asyncpg.Record | None, token: str,
+             step: Step) -> StepOutcome:
+    """Why a report the lease did not allow was not stored (``row``: the job's lease, None
+    when there is no such job)."""
     if row is None:
         return ("lost", None, None)
     if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
         return ("lost", row["status"], None)
     if row["kind"] != JobKind.EPISODE:
-        return ("refused", None, f"job {row['id']} is a {row['kind']} job: only episode jobs "
+        return ("refused", None, f"job {job_id} is a {row['kind']} job: only episode jobs "
                 "have steps")
     return ("refused", None, f"step.attempt: {step.attempt} is not the attempt of this lease "
             f"({row['attempts']}); leave it out, the master sets it")
@@ -201,7 +200,7 @@ async def report_steps(pg: asyncpg.Pool,
         rows = await job_rows.leases_of(pg, list({reports[n][0] for n in refused}))
         for n in refused:
             job_id, token, step = reports[n]
-            outcome[n] = _refusal(rows.get(job_id), token, step)
+            outcome[n] = _refusal(job_id, rows.get(job_id), token, step)
     return [outcome[last[(job_id, token, step.index)]] for job_id, token, step in reports]
 
 

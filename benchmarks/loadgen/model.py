@@ -13,6 +13,7 @@ from typing import Any
 from benchmarks.loadgen.figures import ROUTES, overlap
 from benchmarks.loadgen.http import ClientError, HttpxHttp, RawHttp
 from coda.clients.base import after_hint
+from coda.contracts.master_api import STEP_BATCH_MAX
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Slots:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(state.hurry.wait(), cfg.step_window_s)
                 state.hurry.clear()
-                batch, state.steps = state.steps[:256], state.steps[256:]
+                batch, state.steps = state.steps[:STEP_BATCH_MAX], state.steps[STEP_BATCH_MAX:]
                 if not batch:
                     continue
                 got = await self.call(http, "steps", "/v1/jobs/steps",

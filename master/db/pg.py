@@ -16,13 +16,14 @@ Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 """Anything that runs a query: the pool (autocommit) or a connection (maybe in a transaction)."""
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """Compact JSON, as the pool stores JSON(B)."""
     return json.dumps(value, separators=(",", ":"))
 
 
 async def _init(conn: asyncpg.Connection) -> None:
     for typename in ("jsonb", "json"):
-        await conn.set_type_codec(typename, encoder=_dumps, decoder=json.loads,
+        await conn.set_type_codec(typename, encoder=dumps, decoder=json.loads,
                                   schema="pg_catalog")
 
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import uuid
+from typing import Any
 
 import asyncpg
 
 from coda.contracts.records import Step, StepLabel
-from master.db.pg import Conn
+from master.db.pg import Conn, dumps
 
 # The lease decides the attempt: the stored step carries the job's attempt, and a report that
 # names another one matches no row.
@@ -27,9 +27,13 @@ _FOR_LEASE = (
 async def insert_for_lease(conn: Conn, job_id: uuid.UUID, token: str, step: Step) -> bool:
     """Store the step of the episode the job held with ``token`` runs (idempotent per attempt
     and index); False when the lease does not allow it."""
-    body = step.model_dump(mode="json", exclude={"created_at"})
-    return await conn.fetchval(_FOR_LEASE, job_id, token, step.index, body,
+    return await conn.fetchval(_FOR_LEASE, job_id, token, step.index, _body(step),
                                step.attempt) is not None
+
+
+def _body(step: Step) -> dict[str, Any]:
+    """The step as its row's ``body`` keeps it (``created_at`` is the row's own)."""
+    return step.model_dump(mode="json", exclude={"created_at"})
 
 
 # The same for many reports at once (a worker's batched call): one statement; the numbers
@@ -59,8 +63,7 @@ async def insert_many_for_lease(conn: Conn,
     rows = await conn.fetch(
         _MANY_FOR_LEASE, [j for j, _, _ in reports], [t for _, t, _ in reports],
         [s.index for _, _, s in reports],
-        [json.dumps(s.model_dump(mode="json", exclude={"created_at"}), separators=(",", ":"))
-         for _, _, s in reports],
+        [dumps(_body(s)) for _, _, s in reports],
         [s.attempt for _, _, s in reports])
     return {int(r["n"]) - 1 for r in rows}
 

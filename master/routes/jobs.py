@@ -124,7 +124,7 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
     return JobHeartbeatResponse(lease_expires_at=expires)
 
 
-_LABEL_REFUSED = "step.label: set by the master from the episode's verdict, not by a worker"
+_LABEL_BY_MASTER = "set by the master from the episode's verdict, not by a worker"
 
 
 @router.post("/steps")
@@ -136,7 +136,7 @@ async def report_steps(body: StepReports, core: State, _: WorkerAuth) -> StepRep
     stored = await jobs.report_steps(core.pg, [(r.job_id, r.lease_token, r.step)
                                                for _, r in allowed])
     outcomes = [StepReportOutcome(job_id=r.job_id, index=r.step.index, outcome="refused",
-                                  detail=_LABEL_REFUSED) for r in body.reports]
+                                  detail=f"step.label: {_LABEL_BY_MASTER}") for r in body.reports]
     for (n, r), (outcome, job_status, detail) in zip(allowed, stored, strict=True):
         outcomes[n] = StepReportOutcome(job_id=r.job_id, index=r.step.index,
                                         outcome=outcome,
@@ -154,7 +154,7 @@ async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: Worke
     if body.step.label is not None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
             {"loc": ["body", "step", "label"], "type": "value_error",
-             "msg": "label: set by the master from the episode's verdict, not by a worker"}])
+             "msg": f"label: {_LABEL_BY_MASTER}"}])
     await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
     if core.metrics:
         core.metrics.steps.inc()
