@@ -292,6 +292,73 @@ def render_coverage(results: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _pct(value: Any) -> str:
+    return MISSING if value is None else f"{100 * value:.0f} %"
+
+
+def _interval(m: dict[str, Any]) -> str:
+    return f"{_pct(m.get('rate'))} ({_pct(m.get('ci_low'))}-{_pct(m.get('ci_high'))})"
+
+
+def _chart(title: str, run: dict[str, Any]) -> list[str]:
+    curve = run.get("curve") or []
+    labels = ", ".join(f'"{m.get("update", i)}"' for i, m in enumerate(curve))
+    values = ", ".join(f"{100 * (m.get('rate') or 0):.0f}" for m in curve)
+    return ["```mermaid", "xychart-beta", f'    title "{title}"',
+            f'    x-axis "updates" [{labels}]', '    y-axis "success (%)" 0 --> 100',
+            f"    bar [{values}]", f"    line [{values}]", "```", ""]
+
+
+def render_learning(results: Path) -> list[str]:
+    """The closed-loop run and its control: figures, both curves drawn, and the table behind
+    them (version, success with its interval, the update's mean group reward)."""
+    data = load(results, "learning.json")
+    lines = ["## The closed loop learns (`coda learn`)", ""]
+    src = ("Source: `benchmarks/results/learning.json`, written by "
+           "`python -m benchmarks.learning` (docs/trainer.md)")
+    if data is None:
+        return [*lines, f"{src}: not measured yet.", ""]
+    summary = data.get("summary", {})
+    lines += [f"{src}; measured {data.get('created_at', '?')}. Success rates are the tasks' "
+              "own checkers on fresh episodes of each planner version, with 95 % Wilson "
+              "intervals; the control is the same run with each group's rewards shuffled "
+              "among its plans.", "", "| figure | value |", "| --- | ---: |"]
+    control = summary.get("control") or {}
+    rows = [
+        ("warm start (stage-2 SFT) success", _pct(summary.get("warm_start_rate"))),
+        ("target", _pct((data.get("run") or {}).get("target"))),
+        ("updates to reach it", MISSING if summary.get("reached_after_updates") is None
+         else str(summary["reached_after_updates"])),
+        ("last version's success", _pct(summary.get("final_rate"))),
+        ("run, wall time (warm start included)", f"{summary.get('run_minutes', MISSING)} min"),
+        ("control: first / last / best success", " / ".join(
+            _pct(control.get(k)) for k in ("first_rate", "last_rate", "max_rate"))),
+        ("control: updates", str(control.get("updates", MISSING))),
+        ("episodes or steps with another version than their batch's",
+         str(summary.get("version_mismatches", MISSING))),
+        ("groups trained as another version's", str(summary.get("groups_off_version", MISSING))),
+        ("executor unchanged (files and backend)", str(summary.get("executor_unchanged"))),
+    ]
+    lines += [f"| {label} | {value} |" for label, value in rows]
+    lines.append("")
+    for key, title in (("run", "run: success per version"),
+                       ("control", "control (rewards shuffled): success per version")):
+        run = data.get(key)
+        if not run:
+            continue
+        lines += _chart(title, run)
+        rewards = {u["policy_version"]: u["metrics"].get("reward_mean")
+                   for u in run.get("updates", [])}
+        lines += [f"| {key}: version | updates | rollouts | success (95 % interval) | "
+                  "mean group reward of its update |", "| --- | ---: | ---: | ---: | ---: |"]
+        for m in run.get("curve", []):
+            reward = rewards.get(m["planner_version"])
+            lines.append(f"| {m['planner_version']} | {m['update']} | {m['rollouts']} | "
+                         f"{_interval(m)} | {MISSING if reward is None else f'{reward:.3f}'} |")
+        lines.append("")
+    return lines
+
+
 def render_section(section: Section, results: Path) -> list[str]:
     data = load(results, section.source)
     lines = [f"## {section.title}", ""]
@@ -318,6 +385,7 @@ def render(results: Path = RESULTS) -> str:
         "",
     ]
     lines += render_coverage(results)
+    lines += render_learning(results)
     for section in SECTIONS:
         lines += render_section(section, results)
     return "\n".join(lines).rstrip("\n") + "\n"

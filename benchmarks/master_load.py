@@ -30,7 +30,6 @@ and the harness that measures a run are in :mod:`benchmarks.loadgen`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -64,76 +63,32 @@ class Master:
 
 
 @contextlib.contextmanager
-def scratch_database(database_url: str) -> Iterator[str]:
-    """A fresh database on the server of ``database_url`` (dropped afterwards)."""
-    import asyncpg
-
-    from coda.urls import to_plain_postgres_url
-
-    plain = to_plain_postgres_url(database_url)
-    name = f"coda_bench_{secrets.token_hex(4)}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(plain)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'create database "{name}"'))
-    head, _, _ = database_url.rpartition("/")
-    try:
-        yield f"{head}/{name}"
-    finally:
-        asyncio.run(admin(f'drop database if exists "{name}" with (force)'))
-
-
-def _delete_prefix(redis_url: str, prefix: str) -> None:
-    import redis
-
-    r = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
-        if keys:
-            r.delete(*keys)
-    finally:
-        r.close()
-
-
-@contextlib.contextmanager
 def local_master(args: argparse.Namespace, work: Path) -> Iterator[Master]:
     """Stores (configured or embedded) + a uvicorn master subprocess."""
-    from coda_app.embedded import embedded_services
+    from coda_app.embedded.services import private_stores
 
-    with embedded_services(work / "stores") as urls:
-        db_cm = (scratch_database(urls.database_url) if os.environ.get("DATABASE_URL")
-                 else contextlib.nullcontext(urls.database_url))
-        prefix = f"coda-bench-{secrets.token_hex(4)}"
-        with db_cm as database_url:
-            port = free_port()
-            master = Master(url=f"http://127.0.0.1:{port}",
-                            admin_token="admin-" + secrets.token_hex(16),
-                            worker_token="worker-" + secrets.token_hex(16))
-            env = {"CODA_DATABASE_URL": database_url,
-                   "CODA_REDIS_URL": urls.redis_url, "CODA_REDIS_PREFIX": prefix,
-                   "CODA_ADMIN_TOKEN": master.admin_token,
-                   "CODA_WORKER_TOKENS": master.worker_token,
-                   "CODA_ARTIFACTS_URL": str(work / "artifacts"), "CODA_LOG_LEVEL": "WARNING",
-                   "CODA_LEASE_TTL_S": str(args.lease_ttl_s), **master_settings(args)}
-            cmd = [sys.executable, "-m", "uvicorn", "master.app:create_app", "--factory",
-                   "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers),
-                   "--log-level", "warning", "--no-access-log", "--backlog", "4096",
-                   "--timeout-keep-alive", "30"]
-            log_path = args.master_log or work / "master.log"
-            master.proc = start_ready(cmd, f"{master.url}/readyz", name="master", env=env,
-                                      log=log_path, cwd=ROOT, timeout=90.0)
-            try:
-                yield master
-            finally:
-                stop_process(master.proc, timeout=30)
-                _delete_prefix(urls.redis_url, prefix)
-
-
+    with private_stores(work / "stores", prefix="coda-bench") as stores:
+        port = free_port()
+        master = Master(url=f"http://127.0.0.1:{port}",
+                        admin_token="admin-" + secrets.token_hex(16),
+                        worker_token="worker-" + secrets.token_hex(16))
+        env = {"CODA_DATABASE_URL": stores.database_url,
+               "CODA_REDIS_URL": stores.redis_url, "CODA_REDIS_PREFIX": stores.redis_prefix,
+               "CODA_ADMIN_TOKEN": master.admin_token,
+               "CODA_WORKER_TOKENS": master.worker_token,
+               "CODA_ARTIFACTS_URL": str(work / "artifacts"), "CODA_LOG_LEVEL": "WARNING",
+               "CODA_LEASE_TTL_S": str(args.lease_ttl_s), **master_settings(args)}
+        cmd = [sys.executable, "-m", "uvicorn", "master.app:create_app", "--factory",
+               "--host", "127.0.0.1", "--port", str(port), "--workers", str(args.workers),
+               "--log-level", "warning", "--no-access-log", "--backlog", "4096",
+               "--timeout-keep-alive", "30"]
+        log_path = args.master_log or work / "master.log"
+        master.proc = start_ready(cmd, f"{master.url}/readyz", name="master", env=env,
+                                  log=log_path, cwd=ROOT, timeout=90.0)
+        try:
+            yield master
+        finally:
+            stop_process(master.proc, timeout=30)
 
 
 def master_settings(args: argparse.Namespace) -> dict[str, str]:

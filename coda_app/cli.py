@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import httpx
 import typer
@@ -155,6 +155,30 @@ def master(
 app.command()(up)
 
 
+def _add_learn() -> None:
+    """``coda learn`` needs the worker, the trainer and the model services (their extras)."""
+    try:
+        from coda_app.learning.cli import learn
+    except ImportError as exc:
+        from coda.modelservice.imports import missing_package
+
+        if missing_package(exc) is None:
+            raise
+        reason = str(exc)
+
+        def learn_missing() -> None:
+            """The closed loop (not installed here)."""
+            console.print(f"[red]coda learn is not available:[/] {reason}")
+            raise typer.Exit(2)
+
+        app.command("learn")(learn_missing)
+        return
+    app.command("learn")(learn)
+
+
+_add_learn()
+
+
 @app.command("eval")
 def evaluate(
     path: Annotated[Path, typer.Argument(help="task file (JSON / JSONL) or a directory of them")],
@@ -165,6 +189,9 @@ def evaluate(
     judge: Annotated[str, typer.Option(
         help="judge jobs for the episodes: never, no_checker or always")] = "never",
     timeout: Annotated[float, typer.Option(help="seconds to wait for the batch")] = 86_400.0,
+    versions: Annotated[list[str] | None, typer.Option(
+        "--versions", help="planner versions to compare side by side (repeat the option; "
+        "'base' is the model without adapter)")] = None,
     url: Annotated[str, typer.Option(help="master URL (CODA_MASTER_URL)")] = DEFAULT_URL,
     token: Annotated[str | None, typer.Option(help="admin token (CODA_ADMIN_TOKEN)")] = None,
     home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
@@ -185,6 +212,10 @@ def evaluate(
         raise typer.Exit(2)
     batch_name = name or f"eval-{path.name}-k{k}"
     out = Console()
+    if versions:
+        _compare(tasks, versions, k=k, name=batch_name, judge=mode, timeout=timeout,
+                 out_dir=out_dir, url=url, token=admin_token(token, home))
+        return
     try:
         batch, rows = _call_master(url, admin_token(token, home), lambda m: run_eval(
             m, tasks, k=k, name=batch_name, judge=mode, timeout_s=timeout, console=console))
@@ -193,6 +224,25 @@ def evaluate(
         raise typer.Exit(1) from exc
     out.print(rich_table(rows, k))
     for written in write_table(rows, out_dir, batch=batch, k=k):
+        console.print(f"wrote {written}")
+
+
+def _compare(tasks: list[TaskSpec], versions: list[str], *, k: int, name: str, judge: Any,
+             timeout: float, out_dir: Path, url: str, token: str | None) -> None:
+    from coda_app.evaluate import EvalTimeout, compare_table, run_compare, write_compare
+
+    if len(set(versions)) != len(versions):
+        console.print("[red]--versions: each version once[/]")
+        raise typer.Exit(2)
+    try:
+        evals = _call_master(url, token, lambda m: run_compare(
+            m, tasks, versions, k=k, name=name, judge=judge, timeout_s=timeout,
+            console=console))
+    except EvalTimeout as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc
+    Console().print(compare_table(evals, k))
+    for written in write_compare(evals, out_dir, k=k):
         console.print(f"wrote {written}")
 
 

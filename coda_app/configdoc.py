@@ -20,6 +20,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("executor_service.settings", "ExecutorSettings", "Executor service (`coda executor`)"),
     ("judge_service.settings", "JudgeSettings", "Judge service (`coda judge`)"),
     ("trainer.config", "TrainerConfig", "Trainer (`coda trainer`)"),
+    ("coda_app.learning.settings", "LearnSettings", "The closed loop (`coda learn`)"),
 ]
 
 HEADER = """# Configuration reference

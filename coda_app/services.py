@@ -1,5 +1,5 @@
-"""A model service as a real process (uvicorn on a free port): ``coda up``'s stack, tests and
-benchmarks."""
+"""A service as a real process (uvicorn on a free port): the model services of ``coda up``'s
+stack, tests and benchmarks, and the master of ``coda learn``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from coda.modelservice.settings import settings_env
 from coda.procs import free_port, log_tail, start_process, stop_process, wait_ready
 
 APPS = {"planner": "planner_service.app", "executor": "executor_service.app",
-        "judge": "judge_service.app"}
+        "judge": "judge_service.app", "master": "master.app"}
 QUIET_ENV = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 

@@ -160,6 +160,23 @@ def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
     return JudgeSettings(models=[spec], **common)
 
 
+def worker_env(master_url: str, worker_token: SecretStr, service_token: SecretStr,
+               urls: dict[str, str], *, slots: int, slot_root: Path, job_slots: int = 1,
+               name: str = "local") -> dict[str, str]:
+    """The environment of a local ``coda worker`` process talking to ``master_url`` and the
+    model services at ``urls`` (role -> URL)."""
+    return {"CODA_WORKER_MASTER_URL": master_url,
+            "CODA_WORKER_TOKEN": worker_token.get_secret_value(),
+            "CODA_WORKER_NAME": name,
+            "CODA_WORKER_SLOTS": str(slots), "CODA_WORKER_JOB_SLOTS": str(job_slots),
+            "CODA_WORKER_SLOT_ROOT": str(slot_root),
+            "CODA_WORKER_PLANNER_URL": urls["planner"],
+            "CODA_WORKER_EXECUTOR_URL": urls["executor"],
+            "CODA_WORKER_JUDGE_URL": urls["judge"],
+            "CODA_WORKER_SERVICE_TOKEN": service_token.get_secret_value(),
+            "CODA_LOG_FORMAT": "json"}
+
+
 class Stack:
     """Start, watch and stop the services, the worker and the trainer."""
 
@@ -218,16 +235,9 @@ class Stack:
         return self.services[role].url
 
     def _worker_env(self) -> dict[str, str]:
-        env = {"CODA_WORKER_MASTER_URL": self.cfg.master_url,
-               "CODA_WORKER_TOKEN": self.cfg.worker_token.get_secret_value(),
-               "CODA_WORKER_NAME": "local",
-               "CODA_WORKER_SLOTS": str(self.cfg.slots), "CODA_WORKER_JOB_SLOTS": "1",
-               "CODA_WORKER_SLOT_ROOT": str(self.cfg.home / "desktops"),
-               "CODA_WORKER_PLANNER_URL": self.url("planner"),
-               "CODA_WORKER_EXECUTOR_URL": self.url("executor"),
-               "CODA_WORKER_JUDGE_URL": self.url("judge"),
-               "CODA_WORKER_SERVICE_TOKEN": self.cfg.service_token.get_secret_value(),
-               "CODA_LOG_FORMAT": "json"}
+        env = worker_env(self.cfg.master_url, self.cfg.worker_token, self.cfg.service_token,
+                         {role: self.url(role) for role in ROLES}, slots=self.cfg.slots,
+                         slot_root=self.cfg.home / "desktops")
         if uses_tiny(self.choices):  # keep the tiny model's garbage short
             env.update({"CODA_WORKER_MAX_TOKENS": "32", "CODA_WORKER_EXECUTOR_MAX_TOKENS": "32",
                         "CODA_WORKER_MAX_STEPS": "5",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from coda.contracts.master_api import AppScore, QueueDepth, StatusReport
+from coda.contracts.master_api import AppScore, QueueDepth, StatusReport, VersionRate
 from coda.contracts.records import JobKind
-from coda.scoring import table1
+from coda.scoring import rates_by, table1
 from master.dashboard import MAX_LIVE
+from master.db.pg import Conn
 from master.repos import batches as batch_rows
 from master.repos import episodes as episode_rows
 from master.repos import groups as group_rows
@@ -22,6 +23,16 @@ async def queue_depths(core: AppState) -> list[QueueDepth]:
     counts = await job_rows.active_counts(core.pg)
     return [QueueDepth(kind=k, queued=counts.get((k.value, "queued"), 0),
                        leased=counts.get((k.value, "leased"), 0)) for k in JobKind]
+
+
+async def version_rates(conn: Conn, batch_id: uuid.UUID | None) -> list[VersionRate]:
+    """Success rate per planner version of a batch (or of all batches)."""
+    out = []
+    for r in rates_by(await episode_rows.version_outcomes(conn, batch_id)):
+        low, high = r.interval
+        out.append(VersionRate(planner_version=r.key, rollouts=r.rollouts, succeeded=r.succeeded,
+                               rate=r.rate, ci_low=round(low, 4), ci_high=round(high, 4)))
+    return out
 
 
 async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> StatusReport:
@@ -48,4 +59,6 @@ async def report(core: AppState, *, batch_id: uuid.UUID | None = None) -> Status
                         queues=await queue_depths(core), recent_episodes=recent,
                         training=training_rows.summarize(curve), training_curve=curve,
                         coverage=core.coverage,
+                        version_rates=await version_rates(pg, batch_id) if batch_id else [],
+                        version_rates_all=await version_rates(pg, None),
                         supervised=core.supervised() if core.supervised else [])

@@ -25,6 +25,18 @@ class Aggregation(StrEnum):
     DR_GRPO = "dr_grpo"
 
 
+class RewardControl(StrEnum):
+    """A control experiment on the rewards the trainer learns from (:mod:`trainer.grpo.losses`):
+    a run that learns must not learn with them."""
+
+    NONE = "none"
+    SHUFFLE = "shuffle"
+    """Each group's rewards permuted among its plans (seeded by the group): no plan keeps its
+    own reward."""
+    ZERO = "zero"
+    """Each group's rewards replaced by their mean: every advantage is zero."""
+
+
 class Precision(StrEnum):
     AUTO = "auto"
     """bf16 where the hardware has it (a CUDA GPU with bf16), fp32 elsewhere."""
@@ -138,6 +150,10 @@ class TrainerConfig(BaseSettings):
                                            "log-probs are taken at logits / temperature, the "
                                            "distribution the plans were sampled from")
     seed: int = Field(default=0, description="torch seed")
+    reward_control: RewardControl = Field(
+        default=RewardControl.NONE,
+        description="a control experiment: 'shuffle' permutes each group's rewards among its "
+                    "plans, 'zero' sets every advantage to zero ('none': train on the rewards)")
 
     # --- the loop -----------------------------------------------------------------------------
     publish_every: int = Field(default=1, ge=1, description="publish a version every K updates")

@@ -140,6 +140,10 @@ class EpisodeRun:
     """The worker's batched step reports (None: one call per step)."""
     steps: list[Step] = field(default_factory=list)
     _report: asyncio.Task[None] | None = None
+    _version: str | None = None
+    """The planner version the episode runs: the batch's pin, else the version that wrote its
+    first plan, asked for again at every later step (a version published mid-episode does not
+    take over half of it)."""
     _settled: Observation | None = None
     """The screen as the last settle left it (taken during its quiet period): the next step's
     observation, unless something came between."""
@@ -274,8 +278,9 @@ class EpisodeRun:
                 instruction=clip(task.instruction), screenshot=shot, history=history,
                 sampling=Sampling(temperature=self.settings.temperature,
                                   max_tokens=self.settings.max_tokens),
-                answer_mode=ans, adapter=payload.planner_version))
+                answer_mode=ans, adapter=self._version or payload.planner_version))
             plan = plans.plans[0]
+            self._version = self._version or payload.planner_version or plan.version
             t.plan_model = min(round(plans.latency_ms, 3), ms_since(mark))
         except ServiceError as exc:
             unavailable("planner", exc)

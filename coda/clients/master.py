@@ -38,6 +38,7 @@ from coda.contracts.master_api import (
     StepReport,
     StepReports,
     StepReportsResponse,
+    VersionRateList,
     WorkerHeartbeat,
     WorkerRegister,
     WorkerTokenInfo,
@@ -75,6 +76,10 @@ class MasterClient(JsonClient):
 
     async def cancel_batch(self, batch_id: uuid.UUID) -> Batch:
         return await self.request("POST", f"/v1/batches/{batch_id}/cancel", None, Batch)
+
+    async def batch_versions(self, batch_id: uuid.UUID) -> VersionRateList:
+        return await self.request("GET", f"/v1/batches/{batch_id}/versions", None,
+                                  VersionRateList)
 
     async def get_episode(self, episode_id: uuid.UUID, *, steps: bool = True) -> Episode:
         return await self.request("GET", f"/v1/episodes/{episode_id}", None, Episode,

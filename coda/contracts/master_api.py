@@ -323,6 +323,23 @@ class AppScore(BaseModel):
     pass_at_k: float | None
 
 
+class VersionRate(BaseModel):
+    """The success of the finished rollouts one planner version ran (the tasks' checkers; a
+    failed or undecided rollout counts as not solved, as in Table 1), with its 95 % Wilson
+    interval."""
+
+    planner_version: str = Field(description="'base' for the model without adapter")
+    rollouts: int = Field(ge=0)
+    succeeded: int = Field(ge=0)
+    rate: float | None = Field(default=None, ge=0, le=1, description="None: no rollout")
+    ci_low: float = Field(ge=0, le=1)
+    ci_high: float = Field(ge=0, le=1)
+
+
+class VersionRateList(BaseModel):
+    items: list[VersionRate]
+
+
 class QueueDepth(BaseModel):
     kind: JobKind
     queued: int
@@ -406,6 +423,11 @@ class StatusReport(BaseModel):
     supervised: list[SupervisedChild] = Field(
         default_factory=list, description="under `coda up`: the processes it started beside "
         "the master, whether each runs and how often it was restarted")
+    version_rates: list[VersionRate] = Field(
+        default_factory=list, description="success rate per planner version of the batch shown "
+        "(the one asked for, else the newest)")
+    version_rates_all: list[VersionRate] = Field(
+        default_factory=list, description="success rate per planner version over all batches")
 
 
 TOKEN_FINGERPRINT_PATTERN = r"^[0-9a-f]{16}$"

@@ -16,8 +16,13 @@ A script may ``include`` other replay files (paths relative to it): their entrie
 own, so one script can answer several recorded tasks (``examples/replays/demo.*.json``).
 
 The entry answering a request is the first whose ``turn`` (when given) equals the number of
-past assistant turns in the messages (a final assistant message being continued does not count)
-and whose ``contains`` (when given) occurs in the messages' text. Its ``outputs`` are handed out
+past assistant turns in the messages (a final assistant message being continued does not count),
+whose ``contains`` (when given) occurs in the messages' text, whose ``contains_all`` (when given)
+occur in it in that order (a judge's verdict keyed by the actions of a whole trajectory, whatever
+the thoughts between them say) and whose ``final_contains`` (when given) occurs in the text of
+the last message alone: the one being answered, or the executor's pre-filled thought it
+continues, so an executor output can be keyed by the plan it is given whatever the history
+holds. Its ``outputs`` are handed out
 in order and repeated to make ``n`` completions. No matching entry: ``default`` when set, else a
 :class:`~coda.inference.base.BackendError` (the service answers 502).
 """
@@ -39,6 +44,11 @@ class ReplayEntry(BaseModel):
     turn: int | None = Field(default=None, ge=0, description="past assistant turns")
     contains: str | None = Field(default=None, min_length=1,
                                  description="text that must occur in the messages")
+    contains_all: list[str] | None = Field(
+        default=None, min_length=1,
+        description="texts that must occur in the messages, in this order")
+    final_contains: str | None = Field(default=None, min_length=1,
+                                       description="text that must occur in the last message")
     outputs: list[str] = Field(min_length=1)
 
 
@@ -90,15 +100,31 @@ def past_turns(messages: list[ChatMessage], *, continuing: bool) -> int:
     return turns
 
 
+def in_order(parts: list[str], text: str) -> bool:
+    """Whether every part occurs in ``text``, each after the end of the one before (pure)."""
+    at = 0
+    for part in parts:
+        found = text.find(part, at)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
 def choose(script: ReplayScript, messages: list[ChatMessage], *,
            continuing: bool) -> list[str] | None:
     """The outputs answering ``messages`` (pure), or None."""
     turn = past_turns(messages, continuing=continuing)
     text = "\n".join(_text(m.get("content")) for m in messages)
+    final = _text(messages[-1].get("content")) if messages else ""
     for entry in script.entries:
         if entry.turn is not None and entry.turn != turn:
             continue
         if entry.contains is not None and entry.contains not in text:
+            continue
+        if entry.final_contains is not None and entry.final_contains not in final:
+            continue
+        if entry.contains_all is not None and not in_order(entry.contains_all, text):
             continue
         return entry.outputs
     return [script.default] if script.default is not None else None

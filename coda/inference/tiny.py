@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -73,17 +74,26 @@ def token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
     return value
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A ~400-token byte-level BPE tokenizer with the Qwen2.5-VL special tokens."""
+def build_tokenizer(corpus: Sequence[str] = (), vocab_size: int = 600) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (~400 tokens by default) with the Qwen2.5-VL special tokens.
+
+    ``corpus`` adds texts to the BPE training corpus and ``vocab_size`` bounds the vocabulary:
+    a model meant to write a domain's text (the closed-loop learning run's planner) gets merges
+    for that text, so its plans are a few dozen tokens instead of one per character, as a real
+    model's 150k-token vocabulary makes them."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not corpus)
+    # with a domain corpus, words (split at spaces only) may merge whole: "p:=log(3)/log(2)"
+    # becomes one token, as a large vocabulary makes a familiar phrase a token or two
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(" ", "merged_with_next"), byte_level]) if corpus else byte_level
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(_CORPUS, trainer)
+    tok.train_from_iterator([*_CORPUS, *corpus], trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:], model_max_length=32768,
@@ -137,10 +147,12 @@ def build_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2_5_VLConfig:
     )
 
 
-def build_tiny_qwen25vl(out_dir: str | Path, seed: int = 0) -> Path:
-    """Build and save the tiny random Qwen2.5-VL model + processor into ``out_dir``."""
+def build_tiny_qwen25vl(out_dir: str | Path, seed: int = 0, corpus: Sequence[str] = (),
+                        vocab_size: int = 600) -> Path:
+    """Build and save the tiny random Qwen2.5-VL model + processor into ``out_dir``
+    (``corpus``, ``vocab_size``: see :func:`build_tokenizer`)."""
     out = Path(out_dir)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(corpus, vocab_size)
     processor = build_processor(tokenizer)
     config = build_config(tokenizer)
     with torch.random.fork_rng(devices=[]):

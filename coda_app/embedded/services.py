@@ -124,3 +124,79 @@ def embedded_services(
             redis_url = services.start_redis(data_dir)
         yield ServiceUrls(database_url=database_url, redis_url=redis_url,
                           servers=tuple(services.servers))
+
+
+@dataclass(frozen=True)
+class PrivateStores:
+    """Stores of one run that nothing else uses: a database and a Redis key prefix."""
+
+    database_url: str
+    redis_url: str
+    redis_prefix: str
+
+
+@contextlib.contextmanager
+def scratch_database(database_url: str, prefix: str = "coda_run") -> Iterator[str]:
+    """A new empty database on the server of ``database_url``, dropped afterwards."""
+    import asyncio
+    import secrets
+    from concurrent.futures import ThreadPoolExecutor
+
+    import asyncpg
+
+    from coda.urls import to_plain_postgres_url
+
+    plain = to_plain_postgres_url(database_url)
+    name = f"{prefix.replace('-', '_')}_{secrets.token_hex(4)}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(plain)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    def run(sql: str) -> None:  # in a thread of its own: callers may be inside an event loop
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, admin(sql)).result()
+
+    run(f'create database "{name}"')
+    head, _, _ = database_url.rpartition("/")
+    try:
+        yield f"{head}/{name}"
+    finally:
+        run(f'drop database if exists "{name}" with (force)')
+
+
+def delete_prefix(redis_url: str, prefix: str) -> None:
+    """Delete every Redis key under ``prefix:``."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            r.delete(*keys)
+    finally:
+        r.close()
+
+
+@contextlib.contextmanager
+def private_stores(data_dir: Path | str, *, prefix: str = "coda-run",
+                   environ: Mapping[str, str] | None = None) -> Iterator[PrivateStores]:
+    """Stores for one run (a benchmark, ``coda learn``): embedded servers under ``data_dir``,
+    or on the servers of DATABASE_URL / REDIS_URL a throwaway database and a random key prefix,
+    both removed on exit."""
+    import secrets
+
+    env = os.environ if environ is None else environ
+    key_prefix = f"{prefix}-{secrets.token_hex(4)}"
+    with embedded_services(data_dir, environ=env) as urls:
+        db = (scratch_database(urls.database_url, prefix) if env.get("DATABASE_URL")
+              else contextlib.nullcontext(urls.database_url))
+        try:
+            with db as database_url:
+                yield PrivateStores(database_url, urls.redis_url, key_prefix)
+        finally:
+            if env.get("REDIS_URL"):
+                delete_prefix(urls.redis_url, key_prefix)

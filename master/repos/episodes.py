@@ -10,6 +10,7 @@ import asyncpg
 
 from coda.contracts.master_api import JudgeRate, LiveSlot
 from coda.contracts.records import Episode, EpisodeStatus, JudgedTrajectory, Step
+from coda.contracts.services_api import BASE_VERSION
 from coda.contracts.training import Verdict
 from coda.scoring import Outcome
 from master.db.pg import Conn, page
@@ -50,6 +51,18 @@ async def get(conn: Conn, episode_id: uuid.UUID, *, with_steps: bool) -> Episode
         raise BatchNotFound(f"episode {episode_id}")
     steps = await step_rows.of_episode(conn, episode_id) if with_steps else None
     return _episode(row, steps, instruction=row["instruction"], verdict=row["verdict"])
+
+
+async def version_outcomes(conn: Conn, batch_id: uuid.UUID | None) -> list[tuple[str, bool]]:
+    """(planner version, solved) of the finished rollouts (as :func:`outcomes` counts them),
+    in the order the versions first finished one; the base model is ``'base'``."""
+    cond, args = ("and batch_id = $2", [batch_id]) if batch_id else ("", [])
+    rows = await conn.fetch(
+        "select coalesce(planner_version, $1) v, coalesce(success, false) s from episodes "
+        f"where status in ('completed', 'failed') {cond} "
+        "order by min(finished_at) over (partition by planner_version), finished_at",
+        BASE_VERSION, *args)
+    return [(r["v"], r["s"]) for r in rows]
 
 
 async def outcomes(conn: Conn, batch_id: uuid.UUID | None) -> list[Outcome]:

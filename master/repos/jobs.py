@@ -121,7 +121,12 @@ async def complete_episode(conn: Conn, job_id: uuid.UUID, *, success: bool | Non
                            result: dict[str, Any]) -> None:
     await conn.execute(
         "update episodes set status = 'completed', success = $2, score = $3, answer = $4, "
-        "result = $5, finished_at = now(), updated_at = now() where job_id = $1",
+        "result = $5, finished_at = now(), updated_at = now(), "
+        # a batch that pins no version: the version its last attempt ran (the worker keeps
+        # every step of an attempt on the version of its first plan; none: the base model)
+        "planner_version = coalesce(planner_version, (select s.body ->> 'planner_version' "
+        "from steps s where s.episode_id = episodes.id order by s.attempt desc, s.idx limit 1))"
+        " where job_id = $1",
         job_id, success, score, answer, result)
 
 

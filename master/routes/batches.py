@@ -17,11 +17,13 @@ from coda.contracts.master_api import (
     BatchCreate,
     BatchCreated,
     BatchList,
+    VersionRateList,
 )
 from coda.contracts.records import MAX_OFFSET, NAME_MAX, Batch
 from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
 from master import batches
+from master import status as status_data
 from master.auth import Admin, Reader
 from master.repos import batches as batch_rows
 from master.state import State
@@ -108,3 +110,11 @@ async def get_batch(batch_id: uuid.UUID, core: State, _: Reader) -> Batch:
 async def cancel_batch(batch_id: uuid.UUID, core: State, _: Admin) -> Batch:
     """Cancel every queued or running episode of the batch."""
     return await batches.cancel(core.pg, core.queue, batch_id)
+
+
+@router.get("/{batch_id}/versions", responses=error_responses(404))
+async def batch_versions(batch_id: uuid.UUID, core: State, _: Reader) -> VersionRateList:
+    """Success rate per planner version of the batch's finished rollouts, with 95 % Wilson
+    intervals (versions in the order they first finished one)."""
+    await batches.get(core.pg, batch_id)  # 404 for an unknown batch
+    return VersionRateList(items=await status_data.version_rates(core.pg, batch_id))

@@ -285,3 +285,39 @@ def test_episode_payload_is_the_contract():
     assert {p.batch_id for p in payloads} == {bid} and payloads[0].planner_version == 'v"1'
     assert [p.episode_id for p in payloads] == rows.episode_ids
     assert payloads[2].task == parse_tasks(spec.tasks)[1]
+
+
+async def test_success_rate_per_planner_version_of_a_batch(master, admin, wclient, worker):
+    """An unpinned batch: each episode records the version its steps ran (the base model: its
+    steps carry none), and the batch's rates per version come with their 95 % intervals, as
+    JSON and as the dashboard's chart; a pinned batch counts under its pin."""
+    from coda.contracts.records import Step
+
+    created = await submit(admin, n_tasks=1, rollouts=4, name="versions")
+    jobs = await wclient.lease(worker.id, capacity=4)
+    runs = [("v2", True), ("v2", False), (None, True), ("v2", True)]
+    for job, (version, ok) in zip(jobs, runs, strict=True):
+        await wclient.report_step(job, Step(index=0, thought="t", planner_version=version))
+        await wclient.complete(job, EpisodeResult(success=ok))
+    rates = {r.planner_version: r for r in (await admin.batch_versions(created.batch.id)).items}
+    assert set(rates) == {"v2", "base"}
+    assert (rates["v2"].rollouts, rates["v2"].succeeded) == (3, 2)
+    assert 0 < rates["v2"].ci_low < 2 / 3 < rates["v2"].ci_high < 1
+    assert (rates["base"].rollouts, rates["base"].rate) == (1, 1.0)
+    versions = sorted([str((await admin.get_episode(e, steps=False)).planner_version)
+                       for e in created.episode_ids])
+    assert versions == ["None", "v2", "v2", "v2"]
+    pinned = await submit(admin, n_tasks=1, rollouts=1, planner_version="v9")
+    [job] = await wclient.lease(worker.id, capacity=1)
+    await wclient.complete(job, EpisodeResult(success=False))
+    assert [r.planner_version for r in (await admin.batch_versions(pinned.batch.id)).items] \
+        == ["v9"]
+    st = await admin.status()
+    assert [r.planner_version for r in st.version_rates] == ["v9"]  # the newest batch
+    assert {r.planner_version for r in st.version_rates_all} == {"v2", "base", "v9"}
+    page = httpx.get(f"{master.url}/?batch_id={created.batch.id}").text
+    assert 'id="version-rates"' in page and 'id="version-rates-all"' in page
+    assert "v2: 2 of 3" in page
+    with pytest.raises(ServiceError) as err:
+        await admin.batch_versions(uuid.uuid4())
+    assert err.value.status == 404

@@ -43,7 +43,7 @@ from trainer.data import (
 )
 from trainer.grpo import checkpoint as ckpt
 from trainer.grpo.distributed import Dist
-from trainer.grpo.losses import has_signal
+from trainer.grpo.losses import controlled_rewards, has_signal
 from trainer.grpo.update import LossSettings, train_step
 from trainer.policy import load_policy, load_reference, make_optimizer
 from trainer.publish import register, roll_out, version_name, version_spec, write_model_dir
@@ -65,6 +65,8 @@ class UpdateReport:
     metrics: dict[str, float] = field(default_factory=dict)
     policy_version: str | None = None
     published: str | None = None
+    group_versions: dict[str, int] = field(default_factory=dict)
+    """The planner versions that sampled the trained groups, with their counts."""
 
 
 def finite(figures: dict[str, float]) -> dict[str, float]:
@@ -203,8 +205,11 @@ class Trainer:
         encoded: list[tuple[GroupRecord, EncodedGroup]] = []
         for rec in chosen:
             try:
-                encoded.append((rec, encode_group(self.processor, rec.group, self.read,
-                                                  self.prompt_options, group_id=rec.id)))
+                group = encode_group(self.processor, rec.group, self.read, self.prompt_options,
+                                     group_id=rec.id)
+                group.rewards = controlled_rewards(group.rewards, self.cfg.reward_control,
+                                                   rec.id.hex)
+                encoded.append((rec, group))
             except GroupDataError as exc:
                 log.warning("trainer.group_unusable", group=str(rec.id), error=str(exc))
                 immediate.append((rec, GroupStatus.DROPPED))
@@ -225,6 +230,9 @@ class Trainer:
         self.state.pending_acks += [[str(rec.id), rec.lease_token or "", GroupStatus.CONSUMED]
                                     for rec, _ in encoded]
         report.update, report.trained = self.state.update, len(encoded)
+        for _, group in encoded:
+            name = group.version or self.cfg.initial_version
+            report.group_versions[name] = report.group_versions.get(name, 0) + 1
         metrics["lr"] = float(self.scheduler.get_last_lr()[0])
         metrics.update({f"dropped_{k}": float(v) for k, v in report.dropped.items()})
         report.metrics = metrics

@@ -26,17 +26,39 @@ lengths).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from trainer.config import Aggregation
+from trainer.config import Aggregation, RewardControl
 
 
 def has_signal(rewards: Tensor, tol: float = 1e-8) -> bool:
     """Whether a group's rewards differ (all-equal groups give zero advantages: skip them)."""
     return bool((rewards.max() - rewards.min()).abs() > tol)
+
+
+def controlled_rewards(rewards: list[float], control: RewardControl | str,
+                       seed: str | int) -> list[float]:
+    """The rewards a control run trains on (pure): unchanged, permuted among the group's plans
+    (``shuffle``, a derangement seeded by ``seed``, e.g. the group's id: no plan keeps its own
+    reward where the rewards differ), or all equal to their mean (``zero``)."""
+    control = RewardControl(control)
+    if control is RewardControl.NONE or len(rewards) < 2:
+        return list(rewards)
+    if control is RewardControl.ZERO:
+        mean = sum(rewards) / len(rewards)
+        return [mean] * len(rewards)
+    rng = random.Random(str(seed))
+    order = list(range(len(rewards)))
+    shift = rng.randrange(1, len(rewards))  # a rotation after a shuffle: every plan moves
+    rng.shuffle(order)
+    moved = [0] * len(rewards)
+    for i, j in enumerate(order):
+        moved[j] = order[(i + shift) % len(order)]
+    return [rewards[moved[i]] for i in range(len(rewards))]
 
 
 def group_advantages(rewards: Tensor, *, scale_std: bool = True, eps: float = 1e-4) -> Tensor:

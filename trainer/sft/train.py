@@ -16,6 +16,7 @@ Loss: mean negative log-likelihood over the target tokens of each optimizer step
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from coda.inference.encoding import DEFAULT_MAX_PIXELS, build_model_inputs
 from coda.logging import get_logger
 from trainer.config import TrainerConfig
 from trainer.data import EncodedGroup
-from trainer.logprobs import plan_logprobs
+from trainer.logprobs import move_group, plan_logprobs
 from trainer.policy import load_policy, make_optimizer
 from trainer.sft.dataset import row_messages
 
@@ -63,33 +64,71 @@ class SFTResult:
     uri: str | None = None
 
 
-def encode_row(processor: Any, row: dict[str, Any], cfg: SFTConfig) -> EncodedGroup:
-    """A dataset row as a one-plan group: the planner prompt once, the target as the plan."""
-    messages = row_messages(row, max_turns=cfg.max_turns, keep_images=cfg.keep_images,
-                            answer_mode=cfg.answer_mode)
+def _prompt_key(row: dict[str, Any]) -> str:
+    """Rows that show the planner the same input (instruction, past turns, screenshots) share
+    one prompt encoding (a warm-up's rows repeat each state once per target)."""
+    digest = hashlib.sha256()
+    images = [row["screenshot"], *row["history_images"]]
+    for part in (row["instruction"], *row["history_texts"]):
+        digest.update(part.encode() + b"\0")
+    for image in images:
+        data = image["bytes"] if isinstance(image, dict) else image.tobytes()
+        digest.update(hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+@dataclass
+class Encoded:
+    """The dataset encoded: one prompt per distinct planner input, each row a target of one."""
+
+    prompts: dict[str, dict[str, torch.Tensor]]
+    rows: list[tuple[str, list[int]]]
+    """(prompt key, target token ids) per row, in the dataset's order."""
+
+    def groups(self, indices: list[int]) -> list[EncodedGroup]:
+        """The rows ``indices`` as groups: one per prompt, its rows' targets as the plans."""
+        by_key: dict[str, list[list[int]]] = {}
+        for i in indices:
+            key, target = self.rows[i]
+            by_key.setdefault(key, []).append(target)
+        return [EncodedGroup(prompt=self.prompts[key], completions=targets,
+                             rewards=[0.0] * len(targets), sampler_logprobs=[None] * len(targets))
+                for key, targets in by_key.items()]
+
+
+def encode_rows(processor: Any, rows: list[dict[str, Any]], cfg: SFTConfig) -> Encoded:
+    """Each distinct planner input encoded once (the service's prompt and image encoding), each
+    row's target as token ids ending with the end-of-turn token."""
     max_pixels = cfg.max_pixels if cfg.max_pixels is not None else DEFAULT_MAX_PIXELS
-    inputs = build_model_inputs(processor, [messages], max_pixels=max_pixels)
     tokenizer = processor.tokenizer
     eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
-    target = [*tokenizer(row["target"], add_special_tokens=False)["input_ids"], eos]
-    prompt = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    return EncodedGroup(prompt=prompt, completions=[target], rewards=[0.0],
-                        sampler_logprobs=[None])
+    out = Encoded(prompts={}, rows=[])
+    for row in rows:
+        key = _prompt_key(row)
+        if key not in out.prompts:
+            messages = row_messages(row, max_turns=cfg.max_turns, keep_images=cfg.keep_images,
+                                    answer_mode=cfg.answer_mode)
+            inputs = build_model_inputs(processor, [messages], max_pixels=max_pixels)
+            out.prompts[key] = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        target = [*tokenizer(row["target"], add_special_tokens=False)["input_ids"], eos]
+        out.rows.append((key, target))
+    return out
 
 
-def row_nll(model: Any, row: EncodedGroup, device: str) -> tuple[torch.Tensor, int]:
-    """Summed negative log-likelihood of the row's target tokens, and their count."""
-    row.prompt = {k: v.to(device) for k, v in row.prompt.items()}
-    logp = plan_logprobs(model, row, shared=True)
-    return -logp.sum(), row.lengths[0]
+def group_nll(model: Any, group: EncodedGroup, device: str) -> tuple[torch.Tensor, int]:
+    """Summed negative log-likelihood of the group's target tokens, and their count."""
+    group = move_group(group, device)
+    logp = plan_logprobs(model, group, shared=True)
+    mask = group.mask().to(logp.device)
+    return -(logp * mask).sum(), sum(group.lengths)
 
 
-def dataset_loss(model: Any, rows: list[EncodedGroup], device: str) -> float:
+def dataset_loss(model: Any, data: Encoded, device: str) -> float:
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
-        for row in rows:
-            nll, n = row_nll(model, row, device)
+        for group in data.groups(list(range(len(data.rows)))):
+            nll, n = group_nll(model, group, device)
             total, count = total + float(nll), count + n
     return total / max(1, count)
 
@@ -102,20 +141,20 @@ def train_sft(cfg: SFTConfig, rows: list[dict[str, Any]],
     torch.manual_seed(cfg.seed)
     policy = load_policy(cfg)
     optimizer, scheduler = make_optimizer(policy.model, cfg)
-    encoded = [encode_row(policy.processor, r, cfg) for r in rows]
+    encoded = encode_rows(policy.processor, rows, cfg)
     result = SFTResult(losses=[dataset_loss(policy.model, encoded, policy.device)])
-    order = list(range(len(encoded)))
+    order = list(range(len(encoded.rows)))
     rng = random.Random(cfg.seed)
-    steps_total = cfg.epochs * math.ceil(len(encoded) / cfg.rows_per_step)
+    steps_total = cfg.epochs * math.ceil(len(order) / cfg.rows_per_step)
     for epoch in range(cfg.epochs):
         rng.shuffle(order)
         policy.model.train()
         for start in range(0, len(order), cfg.rows_per_step):
-            batch = [encoded[i] for i in order[start:start + cfg.rows_per_step]]
-            tokens = sum(b.lengths[0] for b in batch)
+            batch = encoded.groups(order[start:start + cfg.rows_per_step])
+            tokens = sum(sum(g.lengths) for g in batch)
             step_loss = 0.0
-            for b in batch:  # gradient accumulation, token mean over the step's rows
-                nll, _ = row_nll(policy.model, b, policy.device)
+            for group in batch:  # gradient accumulation, token mean over the step's rows
+                nll, _ = group_nll(policy.model, group, policy.device)
                 (nll / tokens).backward()
                 step_loss += float(nll.detach()) / tokens
             if cfg.max_grad_norm is not None:

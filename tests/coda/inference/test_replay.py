@@ -57,6 +57,30 @@ def test_choose_takes_the_first_matching_entry(turns: int, text: str, want: list
     assert choose(SCRIPT, conversation(turns, text), continuing=False) == want
 
 
+def test_final_contains_keys_an_output_by_the_last_message_alone() -> None:
+    """An executor output keyed by the plan it continues: the same text earlier in the
+    history (a past step's thought) does not match."""
+    script = ReplayScript.model_validate({"entries": [
+        {"final_contains": "p:=log(3)", "outputs": ["type(content='p:=log(3)')"]},
+    ], "default": "hotkey(key='shift')"})
+    msgs = conversation(1)
+    msgs[2]["content"] = "Thought: I type p:=log(3)\nAction: type"  # the past turn
+    msgs.append({"role": "assistant", "content": "Thought: The task is complete.\nAction: "})
+    assert choose(script, msgs, continuing=True) == ["hotkey(key='shift')"]
+    msgs[-1]["content"] = "Thought: I type p:=log(3) and press Enter.\nAction: "
+    assert choose(script, msgs, continuing=True) == ["type(content='p:=log(3)')"]
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("step 1 a step 2 b end", True), ("step 1 b step 2 a end", False),
+    ("step 1 a step 2 b", False), ("", False)])
+def test_contains_all_matches_texts_in_order(text: str, want: bool) -> None:
+    script = ReplayScript.model_validate({"entries": [
+        {"contains_all": ["step 1", " a", "step 2", " b", "end"], "outputs": ["yes"]}]})
+    assert (choose(script, [{"role": "user", "content": text}], continuing=False) is not None
+            ) is want
+
+
 async def test_backend_repeats_outputs_to_n_and_fails_typed(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     path.write_text(SCRIPT.model_dump_json())

@@ -1,0 +1,1 @@
+"""``coda learn``: the closed loop on real desktops, shown to make a planner better."""

@@ -1,0 +1,382 @@
+"""``coda learn``: the closed loop, measured.
+
+Everything runs for real: the master (its own Postgres and Redis), a worker with real desktops
+(local Xvfb or desktop containers) running KAlgebra and the tasks' own setup and checkers, the
+judge service, group jobs, the trainer's decoupled GRPO, versions published to the master and
+pulled by the planner service, whose model (a tiny Qwen2.5-VL on transformers) writes every
+plan. The only stand-in is the frozen executor's model: it answers from recorded UI-TARS
+outputs keyed by the plan it is given (:mod:`coda_app.learning.recordings`); the judge answers
+from recorded verdicts keyed by the whole trajectory. Both can be real models (settings).
+
+The loop, in rounds::
+
+    version v (first: the warm start, 'base')
+    -> a batch pinned to v: every task x rollouts, fresh episodes; their checkers' verdicts are
+       v's success rate (with its 95 % interval); the judge labels each trajectory and every
+       step of a clean success becomes a group job (G plans from the planner at the stored state,
+       grounded by the executor, rewarded against the labelled action)
+    -> one GRPO update on the round's groups (only groups v sampled: staleness 0)
+    -> version v+1 published, pulled by the planner service
+    -> until ``updates`` updates, or a version at the target; the last version is measured too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from coda.clients.master import MasterClient
+from coda.clients.planner import PlannerClient
+from coda.contracts.master_api import BatchCreate
+from coda.contracts.records import Episode, JudgeMode
+from coda.contracts.services_api import BASE_VERSION, JudgePolicy
+from coda.logging import get_logger
+from coda.scoring import rates_by, wilson_interval
+from coda_app.learning.curriculum import Curriculum, CurriculumError, load_curricula
+from coda_app.learning.recordings import (
+    executor_script,
+    judge_script,
+    plan_kind,
+    planner_script,
+)
+from coda_app.learning.result import ExecutorCheck, LearnResult, Measured, Update
+from coda_app.learning.settings import LearnSettings
+from coda_app.learning.system import LocalSystem
+from coda_app.learning.waiting import LoopTimeout, wait_batch
+from coda_app.learning.warmup import (
+    WarmStart,
+    cache_key,
+    cached,
+    fine_tune_rows,
+    record,
+    write_script,
+)
+
+log = get_logger("coda_app.learning.run")
+
+BATCH_TIMEOUT_S = 1800.0
+PULL_TIMEOUT_S = 180.0
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def version_of(value: str | None) -> str:
+    return value or BASE_VERSION
+
+
+def mismatches(episodes: list[Episode], version: str) -> list[str]:
+    """Episodes, and steps of their last attempt, recorded with another planner version than
+    the one their batch pinned (pure): each must be empty for the curve to be by version."""
+    out = []
+    for ep in episodes:
+        if version_of(ep.planner_version) != version:
+            out.append(f"episode {ep.id}: {version_of(ep.planner_version)}")
+        steps = ep.steps or []
+        last = max((s.attempt or 1 for s in steps), default=1)
+        for s in steps:
+            if (s.attempt or 1) == last and s.thought is not None \
+                    and version_of(s.planner_version) != version:
+                out.append(f"episode {ep.id} step {s.index}: {version_of(s.planner_version)}")
+    return out
+
+
+def paths(episodes: list[Episode], curricula: list[Curriculum]) -> dict[str, dict[str, int]]:
+    """Per task, how often each sequence of plan kinds was taken in the episodes' last attempts
+    (pure)."""
+    by_id = {c.spec.id: c for c in curricula if c.spec is not None}
+    out: dict[str, dict[str, int]] = {}
+    for ep in episodes:
+        cur = by_id.get(ep.task_id)
+        if cur is None:
+            continue
+        steps = ep.steps or []
+        last = max((s.attempt or 1 for s in steps), default=1)
+        kinds = [plan_kind(s.thought or "", cur, s.index) if s.thought else "no plan"
+                 for s in sorted(steps, key=lambda s: s.index) if (s.attempt or 1) == last]
+        key = " > ".join(kinds) + (" (solved)" if ep.success else "")
+        counts = out.setdefault(cur.name, {})
+        counts[key] = counts.get(key, 0) + 1
+    return out
+
+
+def measured(episodes: list[Episode], version: str, *, round_: int, update: int,
+             batch_id: uuid.UUID, seconds: float,
+             curricula: list[Curriculum] | None = None) -> Measured:
+    """A version's success over its fresh episodes (pure)."""
+    solved = [(version, bool(e.success)) for e in episodes]
+    rate = rates_by(solved)[0]
+    low, high = wilson_interval(rate.succeeded, rate.rollouts)
+    tasks: dict[str, list[int]] = {}
+    for e in episodes:
+        t = tasks.setdefault(e.task_id, [0, 0])
+        t[0] += int(bool(e.success))
+        t[1] += 1
+    return Measured(planner_version=version, rollouts=rate.rollouts, succeeded=rate.succeeded,
+                    rate=rate.rate, ci_low=round(low, 4), ci_high=round(high, 4), round=round_,
+                    update=update, batch_id=str(batch_id), by_task=tasks,
+                    episodes_s=round(seconds, 1), paths=paths(episodes, curricula or []),
+                    version_mismatches=mismatches(episodes, version))
+
+
+class ClosedLoop:
+    """One run: ``await ClosedLoop(settings).run()``."""
+
+    def __init__(self, s: LearnSettings) -> None:
+        self.s = s
+        self.curricula: list[Curriculum] = load_curricula(s.tasks)
+        unrecorded = [c.name for c in self.curricula if not c.steps]
+        needs = [what for what, used in (("the warm-up", s.warm_up),
+                                         ("the recorded executor", s.executor is None),
+                                         ("the recorded judge", s.judge is None)) if used]
+        if unrecorded and needs:
+            raise CurriculumError(f"{', '.join(unrecorded)}: no recorded plans, which "
+                                  f"{' and '.join(needs)} need")
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        self.name = s.run_name or f"learn-{stamp}"
+        self.run_dir = s.run_dir(self.name)
+        self.recordings = self.run_dir / "recordings"
+        self.phases: dict[str, float] = {}
+
+    # -- the model services ------------------------------------------------------------------
+
+    def _common(self, system: LocalSystem) -> dict[str, Any]:
+        return {"artifacts_url": str(system.artifacts),
+                "inference_tokens": [system.service_token],
+                "admin_token": system.service_admin_token, "log_level": "WARNING"}
+
+    def _executor(self, system: LocalSystem) -> Any:
+        from executor_service.settings import ExecutorSettings
+
+        spec = self.s.executor.model_dump() if self.s.executor is not None else {
+            "backend": "replay", "model": str(self.recordings / "executor.json")}
+        return ExecutorSettings(**spec, **self._common(system))
+
+    def _judge(self, system: LocalSystem) -> Any:
+        from judge_service.settings import JudgeModelSpec, JudgeSettings
+
+        spec = self.s.judge.model_dump() if self.s.judge is not None else {
+            "backend": "replay", "model": str(self.recordings / "judge.json")}
+        return JudgeSettings(models=[JudgeModelSpec(name="judge", **spec)],
+                             **self._common(system))
+
+    def _planner(self, system: LocalSystem, model: str, backend: str = "transformers") -> Any:
+        from planner_service.settings import PlannerSettings
+
+        pull: dict[str, Any] = {}
+        if backend != "replay":
+            pull = {"master_url": system.master_url, "master_token": system.admin_token,
+                    "version_poll_s": 1.0, "keep_versions": 3}
+        return PlannerSettings(backend=backend, model=model, device=self.s.device,
+                               max_pixels=self.s.max_pixels,
+                               adapter_cache_dir=str(self.run_dir / "adapter-cache"),
+                               **pull, **self._common(system))
+
+    def _torch_env(self) -> dict[str, str]:
+        n = self.s.torch_threads
+        return {} if n is None else {"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
+
+    def _worker_extra(self) -> dict[str, str]:
+        policy = JudgePolicy(votes=1, multi_resolution=False)
+        s = self.s
+        return {"CODA_WORKER_PROVIDER": s.provider,
+                "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(s.provider_options),
+                "CODA_WORKER_TEMPERATURE": str(s.temperature),
+                "CODA_WORKER_GROUP_TEMPERATURE": str(s.temperature),
+                "CODA_WORKER_MAX_TOKENS": str(s.max_tokens),
+                "CODA_WORKER_MAX_STEPS": str(s.max_steps),
+                "CODA_WORKER_JUDGE_POLICY": policy.model_dump_json()}
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> LearnResult:
+        started = time.monotonic()
+        if self.s.torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.s.torch_threads)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        executor_file = write_script(executor_script(self.curricula),
+                                     self.recordings / "executor.json")
+        write_script(judge_script(self.curricula), self.recordings / "judge.json")
+        write_script(planner_script(self.curricula), self.recordings / "planner-record.json")
+        log.info("learn.start", run=self.name, dir=str(self.run_dir),
+                 tasks=[c.name for c in self.curricula], control=self.s.reward_control.value)
+        with LocalSystem(self.run_dir) as system:
+            async with MasterClient(system.master_url,
+                                    token=system.admin_token.get_secret_value()) as master:
+                system.start_services({"executor": self._executor(system),
+                                       "judge": self._judge(system)}, phase="run")
+                files = {} if self.s.executor is not None else {
+                    str(executor_file): sha256(executor_file)}
+                ready_start = await self._ready(system, "executor")
+                warm = await self._warm_start(system, master)
+                result = LearnResult(
+                    run=self.name, reward_control=self.s.reward_control.value,
+                    target=self.s.target, tasks=[c.name for c in self.curricula],
+                    settings=self.s.model_dump(mode="json"), warm_start=warm.info,
+                    executor=ExecutorCheck(backend=self._executor(system).backend,
+                                           files=files, files_at_end={},
+                                           ready_at_start=ready_start, ready_at_end={}))
+                await self._learn(system, master, warm, result)
+                result.executor.files_at_end = {f: sha256(Path(f)) for f in files}
+                result.executor.ready_at_end = await self._ready(system, "executor")
+        result.seconds = round(time.monotonic() - started, 1)
+        result.phases_s = self.phases
+        self._write(result)
+        return result
+
+    async def _ready(self, system: LocalSystem, role: str) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            body = (await http.get(f"{system.url(role)}/readyz")).json()
+        return body if isinstance(body, dict) else {"readyz": body}
+
+    async def _warm_start(self, system: LocalSystem, master: MasterClient) -> WarmStart:
+        started = time.monotonic()
+        if not self.s.warm_up:
+            model = self.s.planner_model or ""
+            if not model:
+                raise ValueError("warm_up off needs planner_model (the planner to start from)")
+            return WarmStart(Path(model), {"model": model, "warm_up": False})
+        home = self.s.home.resolve()
+        found = cached(home, cache_key(self.curricula, self.s))
+        if found is not None:
+            log.info("learn.warm_start_cached", model=str(found.model_dir))
+            return WarmStart(found.model_dir, {**found.info, "cached": True})
+        system.start_services({"planner": self._planner(
+            system, str(self.recordings / "planner-record.json"), backend="replay")},
+            phase="record")
+        system.start_worker(slots=self.s.slots, job_slots=self.s.job_slots, phase="record",
+                            extra=self._worker_extra())
+        try:
+            rows, batch = await record(master, self.curricula, self.run_dir / "warm-dataset",
+                                       timeout_s=BATCH_TIMEOUT_S, alive=system.worker_alive)
+        finally:  # the desktops and the recording planner are not needed while fine-tuning
+            system.stop_worker()
+            system.stop_service("planner")
+        self.phases["record"] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+        warm = await asyncio.to_thread(fine_tune_rows, rows, batch, self.curricula, self.s)
+        self.phases["warm_start"] = round(time.monotonic() - started, 1)
+        return warm
+
+    async def _learn(self, system: LocalSystem, master: MasterClient, warm: WarmStart,
+                     result: LearnResult) -> None:
+        from trainer.grpo.loop import Trainer
+
+        system.start_services({"planner": self._planner(system, str(warm.model_dir))},
+                              phase="learn", env=self._torch_env())
+        system.start_worker(slots=self.s.slots, job_slots=self.s.job_slots, phase="learn",
+                            extra=self._worker_extra())
+        trainer = Trainer(self._trainer_config(system, warm))
+        started = time.monotonic()
+        version, idle, round_ = BASE_VERSION, 0, 0
+        try:
+            while True:
+                m = await self._measure(system, master, version, round_, len(result.updates))
+                result.curve.append(m)
+                round_ += 1
+                if result.reached is None and (m.rate or 0.0) >= self.s.target:
+                    result.reached = m
+                done = len(result.updates) >= self.s.updates or (
+                    self.s.stop_at_target and result.reached is not None)
+                if done:
+                    break
+                update = await self._update(system, trainer)
+                if update is None:
+                    idle += 1
+                    if idle >= self.s.max_idle_rounds:
+                        log.warning("learn.no_updates", rounds=idle)
+                        break
+                    continue
+                idle = 0
+                result.updates.append(update)
+                version = update.published or version
+                self._write(result)
+        finally:
+            await trainer.aclose()
+            self.phases["learn"] = round(time.monotonic() - started, 1)
+
+    def _trainer_config(self, system: LocalSystem, warm: WarmStart) -> Any:
+        from trainer.config import TrainerConfig
+
+        s = self.s
+        return TrainerConfig(
+            master_url=system.master_url, master_token=system.admin_token,
+            model=str(warm.model_dir), artifacts_url=f"file://{system.artifacts}",
+            checkpoint_dir=str(self.run_dir / "trainer"), planner_urls=[],
+            run_name=self.name, lora=True, lora_rank=s.lora_rank, lora_alpha=s.lora_alpha,
+            lora_targets=s.lora_targets, learning_rate=s.learning_rate, device=s.device,
+            max_pixels=s.max_pixels, groups_per_update=s.groups_per_update, publish_every=1,
+            max_staleness=0, temperature=s.temperature, seed=s.seed,
+            reward_control=s.reward_control, poll_s=0.5)
+
+    async def _measure(self, system: LocalSystem, master: MasterClient, version: str,
+                       round_: int, updates: int) -> Measured:
+        started = time.monotonic()
+        created = await master.create_batch(BatchCreate(
+            name=f"{self.name}-r{round_:02d}-{version}",
+            tasks=[c.spec.model_dump(mode="json") for c in self.curricula if c.spec],
+            rollouts=self.s.rollouts, judge=JudgeMode.ALWAYS, group_size=self.s.group_size,
+            planner_version=None if version == BASE_VERSION else version))
+        episodes = await wait_batch(master, created.batch.id, created.episode_ids,
+                                    timeout_s=BATCH_TIMEOUT_S, what=f"round {round_} ({version})",
+                                    alive=system.worker_alive)
+        m = measured(episodes, version, round_=round_, update=updates,
+                     batch_id=created.batch.id, seconds=time.monotonic() - started,
+                     curricula=self.curricula)
+        log.info("learn.measured", round=round_, version=version, rate=m.rate,
+                 ci=[m.ci_low, m.ci_high], rollouts=m.rollouts, by_task=m.by_task,
+                 seconds=m.episodes_s, mismatches=len(m.version_mismatches))
+        return m
+
+    async def _update(self, system: LocalSystem, trainer: Any) -> Update | None:
+        """One GRPO update on the ready groups and its version live at the planner; None when
+        no group had anything to learn from."""
+        started = time.monotonic()
+        report = await trainer.run_once()
+        if report.update is None:
+            log.info("learn.no_trainable_groups", leased=report.leased, dropped=report.dropped)
+            return None
+        if report.published:
+            await self._pulled(system, report.published)
+        update = Update(update=report.update, policy_version=report.policy_version or "",
+                        published=report.published, groups=report.trained,
+                        group_versions=report.group_versions, dropped=report.dropped,
+                        metrics={k: round(v, 5) for k, v in report.metrics.items()},
+                        seconds=round(time.monotonic() - started, 1))
+        log.info("learn.updated", update=update.update, trained_on=update.policy_version,
+                 published=update.published, groups=update.groups,
+                 reward_mean=update.metrics.get("reward_mean"), seconds=update.seconds)
+        return update
+
+    async def _pulled(self, system: LocalSystem, version: str) -> None:
+        """Until the planner service serves ``version`` by default (it pulls from the master)."""
+        deadline = time.monotonic() + PULL_TIMEOUT_S
+        async with PlannerClient(system.url("planner"),
+                                 token=system.service_token.get_secret_value()) as planner:
+            while True:
+                adapters = (await planner.list_adapters()).items
+                if any(a.version == version and a.is_default for a in adapters):
+                    return
+                if time.monotonic() > deadline:
+                    raise LoopTimeout(f"the planner service did not pull {version} in "
+                                      f"{PULL_TIMEOUT_S:.0f} s (it serves "
+                                      f"{[a.version for a in adapters]})")
+                await asyncio.sleep(0.5)
+
+    def _write(self, result: LearnResult) -> None:
+        text = result.model_dump_json(indent=1) + "\n"
+        (self.run_dir / "result.json").write_text(text)
+        if self.s.out is not None:
+            Path(self.s.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.s.out).write_text(text)
