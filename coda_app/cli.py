@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import httpx
 import typer
@@ -24,6 +24,7 @@ from coda_app.vllm import app as _vllm_app
 
 if TYPE_CHECKING:
     from coda.clients.master import MasterClient
+    from coda.contracts.records import JudgeMode
     from coda.tasks import TaskSpec
 
 T = TypeVar("T")
@@ -227,7 +228,7 @@ def evaluate(
         console.print(f"wrote {written}")
 
 
-def _compare(tasks: list[TaskSpec], versions: list[str], *, k: int, name: str, judge: Any,
+def _compare(tasks: list[TaskSpec], versions: list[str], *, k: int, name: str, judge: JudgeMode,
              timeout: float, out_dir: Path, url: str, token: str | None) -> None:
     from coda_app.evaluate import EvalTimeout, compare_table, run_compare, write_compare
 

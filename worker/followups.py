@@ -118,6 +118,11 @@ async def run_group(job: GroupJob, *, master: MasterClient, planner: PlannerClie
         answer_mode=step.plan.answer_mode,
         adapter=payload.planner_version, return_logprobs=True))
     plans = resp.plans
+    asked = payload.planner_version
+    wrong = sorted({p.version for p in plans if asked is not None
+                    and stored_version(p.version) != stored_version(asked)})
+    if wrong:  # a group is trained as the version it names: it must be that version's
+        raise JobRefused(f"the planner answered a group of version {asked} with {wrong}")
     decisions = [decide(p) for p in plans]
     actions = await grounded_actions(executor, settings, state, shot, history,
                                      [clip(p.text) for p in plans], decisions)

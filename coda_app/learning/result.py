@@ -19,6 +19,11 @@ class Measured(VersionRate):
     batch_id: str
     by_task: dict[str, list[int]] = Field(description="task -> [succeeded, rollouts]")
     episodes_s: float = Field(description="seconds from submitting to the last follow-up job")
+    episode_s_median: float | None = Field(default=None,
+                                           description="an episode's own seconds (median)")
+    step_ms_median: dict[str, float] = Field(
+        default_factory=dict, description="a step's parts (median): plan_model, act, settle, "
+        "total, ...")
     paths: dict[str, dict[str, int]] = Field(
         default_factory=dict,
         description="task -> how often each sequence of plan kinds was taken (the recordings' "

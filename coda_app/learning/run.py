@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import statistics
 import time
 import uuid
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
 from coda.contracts.master_api import BatchCreate
 from coda.contracts.records import Episode, JudgeMode
-from coda.contracts.services_api import BASE_VERSION, JudgePolicy
+from coda.contracts.services_api import BASE_VERSION
 from coda.logging import get_logger
 from coda.scoring import rates_by, wilson_interval
 from coda_app.learning.curriculum import Curriculum, CurriculumError, load_curricula
@@ -109,6 +110,20 @@ def paths(episodes: list[Episode], curricula: list[Curriculum]) -> dict[str, dic
     return out
 
 
+def timings(episodes: list[Episode]) -> tuple[float | None, dict[str, float]]:
+    """The median episode (start to end) and the median of each part of a step (pure)."""
+    spans = [(e.finished_at - e.started_at).total_seconds() for e in episodes
+             if e.finished_at and e.started_at]
+    parts: dict[str, list[float]] = {}
+    for e in episodes:
+        for step in e.steps or []:
+            if step.timings is not None:
+                for name, value in step.timings.model_dump().items():
+                    parts.setdefault(name, []).append(value)
+    return (round(statistics.median(spans), 2) if spans else None,
+            {k: round(statistics.median(v), 1) for k, v in parts.items() if v})
+
+
 def measured(episodes: list[Episode], version: str, *, round_: int, update: int,
              batch_id: uuid.UUID, seconds: float,
              curricula: list[Curriculum] | None = None) -> Measured:
@@ -121,7 +136,9 @@ def measured(episodes: list[Episode], version: str, *, round_: int, update: int,
         t = tasks.setdefault(e.task_id, [0, 0])
         t[0] += int(bool(e.success))
         t[1] += 1
+    episode_s, step_ms = timings(episodes)
     return Measured(planner_version=version, rollouts=rate.rollouts, succeeded=rate.succeeded,
+                    episode_s_median=episode_s, step_ms_median=step_ms,
                     rate=rate.rate, ci_low=round(low, 4), ci_high=round(high, 4), round=round_,
                     update=update, batch_id=str(batch_id), by_task=tasks,
                     episodes_s=round(seconds, 1), paths=paths(episodes, curricula or []),
@@ -174,7 +191,7 @@ class ClosedLoop:
 
         pull: dict[str, Any] = {}
         if backend != "replay":
-            pull = {"master_url": system.master_url, "master_token": system.admin_token,
+            pull = {"master_url": system.master_url, "master_token": system.worker_token,
                     "version_poll_s": 1.0, "keep_versions": 3}
         return PlannerSettings(backend=backend, model=model, device=self.s.device,
                                max_pixels=self.s.max_pixels,
@@ -186,7 +203,6 @@ class ClosedLoop:
         return {} if n is None else {"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
 
     def _worker_extra(self) -> dict[str, str]:
-        policy = JudgePolicy(votes=1, multi_resolution=False)
         s = self.s
         return {"CODA_WORKER_PROVIDER": s.provider,
                 "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(s.provider_options),
@@ -194,7 +210,7 @@ class ClosedLoop:
                 "CODA_WORKER_GROUP_TEMPERATURE": str(s.temperature),
                 "CODA_WORKER_MAX_TOKENS": str(s.max_tokens),
                 "CODA_WORKER_MAX_STEPS": str(s.max_steps),
-                "CODA_WORKER_JUDGE_POLICY": policy.model_dump_json()}
+                "CODA_WORKER_JUDGE_POLICY": s.judge_policy.model_dump_json()}
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -287,8 +303,10 @@ class ClosedLoop:
                 round_ += 1
                 if result.reached is None and (m.rate or 0.0) >= self.s.target:
                     result.reached = m
+                rise = (m.rate or 0.0) - (result.curve[0].rate or 0.0)
                 done = len(result.updates) >= self.s.updates or (
-                    self.s.stop_at_target and result.reached is not None)
+                    self.s.stop_at_target and result.reached is not None) or (
+                    self.s.stop_at_rise is not None and rise >= self.s.stop_at_rise)
                 if done:
                     break
                 update = await self._update(system, trainer)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from coda.contracts.services_api import JudgePolicy
 from coda.inference.spec import BackendSpec
 from trainer.config import RewardControl
 
@@ -48,6 +49,9 @@ class LearnSettings(BaseSettings):
     stop_at_target: bool = Field(default=True,
                                  description="stop once a version reaches the target (the "
                                              "control run never stops early)")
+    stop_at_rise: float | None = Field(
+        default=None, gt=0, le=1, description="also stop once a version's success rate is this "
+        "far above the first version's (a short check of learning, e.g. in CI)")
     max_idle_rounds: int = Field(default=3, ge=1,
                                  description="rounds in a row without an update before giving up")
     reward_control: RewardControl = Field(
@@ -82,6 +86,10 @@ class LearnSettings(BaseSettings):
     judge: BackendSpec | None = Field(
         default=None, description="the judge model (JSON BackendSpec; default: recorded "
                                   "verdicts keyed by the trajectory)")
+    judge_policy: JudgePolicy = Field(
+        default_factory=lambda: JudgePolicy(votes=1, multi_resolution=False),
+        description="the judge jobs' policy (JSON; one vote at one resolution: the recorded "
+                    "judge answers every vote alike; the paper's judge votes 4 times)")
     vocab_size: int = Field(default=2000, ge=600, description="the tiny planner's vocabulary")
     max_pixels: int = Field(default=56 * 56, ge=16 * 16,
                             description="image budget of the planner (service and trainer)")

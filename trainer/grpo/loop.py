@@ -274,6 +274,9 @@ class Trainer:
                 reason = "unknown_version"
             elif len(versions) - 1 - versions.index(version) > self.cfg.max_staleness:
                 reason = "stale"
+            elif any((c.planner_version or self.cfg.initial_version) != version
+                     for c in rec.group.candidates):
+                reason = "version_mismatch"  # its plans are not all the version it names
             elif not has_signal(torch.tensor([c.reward for c in rec.group.candidates])):
                 reason = "no_signal"
             if reason is None:

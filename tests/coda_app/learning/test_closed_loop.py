@@ -1,10 +1,10 @@
 """The loop learns, through every part of the system: ``coda learn``'s closed loop, shortened.
 
-Two of the bundled curricula (KAlgebra C-01 and C-06), real Xvfb desktops with the real
-KAlgebra and the tasks' own checkers, the master on its own stores, the judge service, group
-jobs, the trainer's GRPO, versions pulled by the planner service, whose tiny Qwen2.5-VL (warmed
-up by the project's SFT on the recorded plans) writes every plan. The executor is the only
-stand-in (recorded UI-TARS outputs keyed by the plan).
+Two of the bundled curricula (KAlgebra C-02 and C-06: four and three decisions), real Xvfb
+desktops with the real KAlgebra and the tasks' own checkers, the master on its own stores, the
+judge service, group jobs, the trainer's GRPO, versions pulled by the planner service, whose
+tiny Qwen2.5-VL (warmed up by the project's SFT on the recorded plans) writes every plan. The
+executor is the only stand-in (recorded UI-TARS outputs keyed by the plan).
 
 It fails unless a planner version's success rate on fresh episodes rises at least 30 points
 above the warm start's within six updates, and unless every episode, step and trained group
@@ -27,7 +27,7 @@ from coda_app.learning.settings import CURRICULA, LearnSettings
 
 pytestmark = pytest.mark.slow
 
-TASKS = ("kalgebra-C-01.json", "kalgebra-C-06.json")
+TASKS = ("kalgebra-C-02.json", "kalgebra-C-06.json")
 RISE = 0.30
 UPDATES = 6
 
@@ -41,14 +41,14 @@ async def test_the_planner_gets_better_version_after_version(
             "../scienceboard", str(CURRICULA.parent / "scienceboard"))
         (tasks / name).write_text(text)
     settings = LearnSettings(home=tmp_path / "home", run_name="ci", tasks=tasks,
-                             updates=UPDATES, rollouts=6, target=0.85)
+                             updates=UPDATES, rollouts=6, target=0.85, stop_at_rise=RISE)
     try:
         result = await ClosedLoop(settings).run()
     finally:
         shutil.rmtree(tmp_path / "home" / "runs" / "ci" / "desktops", ignore_errors=True)
     curve = _curve(result)
     rates = [m.rate or 0.0 for m in result.curve]
-    assert rates[0] < 0.55, f"the warm start already solves the tasks: {curve}"
+    assert rates[0] < 0.6, f"the warm start already solves the tasks: {curve}"
     assert max(rates[1:], default=0.0) - rates[0] >= RISE, f"no learning: {curve}"
     # the curve is by version: every episode and step of a batch ran its pinned version
     assert result.curve[0].planner_version == "base"
