@@ -302,10 +302,11 @@ def _interval(m: dict[str, Any]) -> str:
 
 def _chart(title: str, run: dict[str, Any]) -> list[str]:
     curve = run.get("curve") or []
-    labels = ", ".join(f'"{m.get("update", i)}"' for i, m in enumerate(curve))
+    labels = ", ".join(f'"{m.get("round", i)}"' for i, m in enumerate(curve))
     values = ", ".join(f"{100 * (m.get('rate') or 0):.0f}" for m in curve)
     return ["```mermaid", "xychart-beta", f'    title "{title}"',
-            f'    x-axis "updates" [{labels}]', '    y-axis "success (%)" 0 --> 100',
+            f'    x-axis "round (one version measured each; updates so far in the table)" '
+            f'[{labels}]', '    y-axis "success (%)" 0 --> 100',
             f"    bar [{values}]", f"    line [{values}]", "```", ""]
 
 
@@ -339,6 +340,13 @@ def render_learning(results: Path) -> list[str]:
         ("groups trained as another version's", str(summary.get("groups_off_version", MISSING))),
         ("executor unchanged (files and backend)", str(summary.get("executor_unchanged"))),
     ]
+    docker = load(results, "learning-docker.json")
+    if docker is not None:
+        d = docker.get("summary", {})
+        rows += [("the same run in desktop containers: warm start / last version",
+                  f"{_pct(d.get('warm_start_rate'))} / {_pct(d.get('final_rate'))}"),
+                 ("... updates, minutes", f"{d.get('updates', MISSING)}, "
+                                          f"{d.get('run_minutes', MISSING)} min")]
     lines += [f"| {label} | {value} |" for label, value in rows]
     lines.append("")
     for key, title in (("run", "run: success per version"),
@@ -354,7 +362,7 @@ def render_learning(results: Path) -> list[str]:
         for m in run.get("curve", []):
             reward = rewards.get(m["planner_version"])
             lines.append(f"| {m['planner_version']} | {m['update']} | {m['rollouts']} | "
-                         f"{_interval(m)} | {MISSING if reward is None else f'{reward:.3f}'} |")
+                         f"{_interval(m)} | {'-' if reward is None else f'{reward:.3f}'} |")
         lines.append("")
     return lines
 
