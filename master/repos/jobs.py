@@ -82,6 +82,16 @@ async def claim(conn: Conn, ids: list[uuid.UUID], tokens: list[str], *,
     return list(await conn.fetch(_CLAIM, ids, tokens, worker_id, expires))
 
 
+async def held(conn: Conn, leases: list[tuple[uuid.UUID, str]]) -> list[asyncpg.Record]:
+    """The jobs of ``leases`` (id, token) still leased with their token, as a lease returns
+    them (id, kind, payload, attempts, max_attempts, lease_token, lease_expires_at)."""
+    return list(await conn.fetch(
+        "select j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token, "
+        "j.lease_expires_at from jobs j join unnest($1::uuid[], $2::text[]) as v(id, token) "
+        "on j.id = v.id and j.lease_token = v.token where j.status = 'leased'",
+        [i for i, _ in leases], [t for _, t in leases]))
+
+
 async def lease_of(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record:
     """status, kind, lease_token, attempts of a job (JobNotFound when there is none)."""
     row = await conn.fetchrow(
@@ -143,6 +153,30 @@ async def settle(conn: Conn, job_ids: list[uuid.UUID], *, final: bool, error: st
         "finished_at = case when $4 then now() else null end where job_id = any($3)",
         "failed" if final else "queued", error, job_ids, final)
     return status
+
+
+# One statement: a leased job back to queued with its attempt not counted, mirrored on its
+# episode; the steps that attempt reported go (the next lease runs that attempt number again).
+_RELEASE = (
+    "with job as ("
+    " update jobs set status = 'queued', attempts = greatest(jobs.attempts - 1, 0),"
+    " error = $3, lease_token = null, lease_expires_at = null, worker_id = null,"
+    " updated_at = now() where id = $1 and lease_token = $2 and status = 'leased'"
+    " returning id, kind, attempts), "
+    "episode as ("
+    " update episodes set status = 'queued', attempts = job.attempts, error = $3,"
+    " updated_at = now() from job where episodes.job_id = job.id returning episodes.id), "
+    "gone as ("
+    " delete from steps using episode, job where steps.episode_id = episode.id"
+    " and steps.attempt = job.attempts + 1) "
+    "select kind, attempts from job"
+)
+
+
+async def release(conn: Conn, job_id: uuid.UUID, token: str,
+                  reason: str) -> asyncpg.Record | None:
+    """Give a job held with ``token`` back uncounted (kind, attempts); None when not held."""
+    return await conn.fetchrow(_RELEASE, job_id, token, reason)
 
 
 async def for_expiry(conn: Conn, ids: list[uuid.UUID]) -> list[asyncpg.Record]:
