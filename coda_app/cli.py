@@ -265,7 +265,16 @@ def status(
     for d in report.queues:
         q.add_row(d.kind.value, str(d.queued), str(d.leased))
     out.print(q)
-    out.print(f"workers: {len(report.workers)}")
+    w = Table(title="Workers")
+    for col in ("worker", "state", "busy/slots", "desktops"):
+        w.add_column(col)
+    for worker in report.workers:
+        state = worker.provider
+        desktops = ("-" if state is None else "ok" if state.ok
+                    else f"waiting: {state.fault.value if state.fault else '?'}: {state.detail}")
+        w.add_row(worker.name, "online" if worker.online else "gone",
+                  f"{worker.busy_slots}/{worker.slots}", desktops)
+    out.print(w)
 
 
 admin_app = typer.Typer(help="Fleet administration at a running master (admin token).",

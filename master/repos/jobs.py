@@ -60,11 +60,16 @@ async def queued_for_push(conn: asyncpg.Connection,
 
 
 # One statement: claim the popped jobs that are still queued and mirror it on their episodes.
+# Job rows are locked in id order (as a cancel locks them): two statements that lock several
+# jobs never wait for each other in a circle (PostgreSQL would break it by failing one).
 _CLAIM = (
-    "with claimed as ("
+    "with locked as ("
+    " select id from jobs where id = any($1::uuid[]) and status = 'queued'"
+    " order by id for update), "
+    "claimed as ("
     " update jobs set status = 'leased', lease_token = v.token, attempts = jobs.attempts + 1,"
     " worker_id = $3, lease_expires_at = $4, updated_at = now()"
-    " from unnest($1::uuid[], $2::text[]) as v(id, token)"
+    " from unnest($1::uuid[], $2::text[]) as v(id, token) join locked on locked.id = v.id"
     " where jobs.id = v.id and jobs.status = 'queued'"
     " returning jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
     " jobs.lease_token), "
@@ -182,16 +187,18 @@ async def release(conn: Conn, job_id: uuid.UUID, token: str,
 async def for_expiry(conn: Conn, ids: list[uuid.UUID]) -> list[asyncpg.Record]:
     return list(await conn.fetch(
         "select id, status, lease_token, attempts, max_attempts from jobs "
-        "where id = any($1) for update", ids))
+        "where id = any($1) order by id for update", ids))
 
 
 async def cancel_batch(conn: asyncpg.Connection, batch_id: uuid.UUID) -> list[asyncpg.Record]:
     """Cancel the batch's queued and leased jobs and their episodes (call inside the cancel's
     transaction); the cancelled jobs' id and kind."""
     rows = list(await conn.fetch(
+        "with locked as (select id from jobs where batch_id = $1 and status in "
+        "('queued', 'leased') order by id for update) "
         "update jobs set status = 'cancelled', lease_token = null, lease_expires_at = null, "
-        "updated_at = now() where batch_id = $1 and status in ('queued', 'leased') "
-        "returning id, kind", batch_id))
+        "updated_at = now() from locked where jobs.id = locked.id returning jobs.id, jobs.kind",
+        batch_id))
     await conn.execute(
         "update episodes set status = 'cancelled', finished_at = now(), updated_at = now() "
         "where job_id = any($1)", [r["id"] for r in rows])

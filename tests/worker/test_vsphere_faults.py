@@ -24,7 +24,13 @@ import pytest
 from coda.contracts.desktop import BrokenReason, ProviderDown, ProviderFault
 from coda_app.vcsim import Vcsim, create_vm, desktop_run
 from tests.fixtures.proxy import proxy
-from tests.fixtures.vcsim import template_vm, vm_names_of, vsphere_provider
+from tests.fixtures.vcsim import (
+    destroy_vm,
+    end_other_sessions,
+    template_vm,
+    vm_names_of,
+    vsphere_provider,
+)
 from worker.providers.base import ProviderConflict
 from worker.providers.factory import ProviderConfigError, make_provider
 from worker.providers.vsphere import (
@@ -32,30 +38,9 @@ from worker.providers.vsphere import (
     VsphereSettings,
     find_vm,
     owner_of,
-    task_result,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-
-def _destroy(si: Any, name: str) -> None:
-    """Delete a VM or template from outside, as an operator would."""
-    vm = find_vm(si, name)
-    if vm.config.template:
-        vm.MarkAsVirtualMachine(pool=vm.runtime.host.parent.resourcePool)
-    if str(vm.runtime.powerState) == "poweredOn":
-        task_result(si, vm.PowerOffVM_Task(), 60, "power off")
-    task_result(si, vm.Destroy_Task(), 60, f"destroy {name}")
-
-
-def _end_other_sessions(si: Any) -> int:
-    """End every session but the test's own (a provider's: as vCenter ends an expired one)."""
-    manager = si.content.sessionManager
-    mine = manager.currentSession.key
-    others = [s.key for s in manager.sessionList or [] if s.key != mine]
-    if others:
-        manager.TerminateSession(sessionId=others)
-    return len(others)
 
 
 def _clones(si: Any, prefix: str) -> list[str]:
@@ -72,7 +57,7 @@ def test_a_template_deleted_and_put_back_is_found_again(
         d = provider.desktop(0)
         d.reset()
         template = f"{prefix}-template"
-        _destroy(si, template)
+        destroy_vm(si, template)
         with pytest.raises(ProviderDown) as err:
             d.reset()  # the cached template is gone: looked up again, and not found
         assert err.value.fault is ProviderFault.MISSING
@@ -142,7 +127,7 @@ def test_a_password_changed_while_running_is_refused_credentials_until_it_is_bac
         rotated = "rotated-" + secrets.token_hex(8)
         try:
             vcsim.change_password(rotated)
-            assert _end_other_sessions(si) >= 1  # the provider's session ends
+            assert end_other_sessions(si) >= 1  # the provider's session ends
             with pytest.raises(ProviderDown) as err:
                 d.reset()
             assert err.value.fault is ProviderFault.CREDENTIALS_REFUSED

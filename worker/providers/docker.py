@@ -66,6 +66,7 @@ class DockerDesktop(ContainerSlot):
         try:
             self._clear_name()
             assert self.s.qcow2 is not None
+            self.client.images.get(self.s.image_name)  # pulled beforehand, or missing
             self.container = self.client.containers.run(
                 self.s.image_name, name=self.name, detach=True, environment=env, devices=devices,
                 cap_add=["NET_ADMIN"], labels=self.labels,

@@ -104,6 +104,7 @@ class ContainerDesktop(ContainerSlot):
         image = self.s.image_name
         try:
             self._clear_name()
+            self.client.images.get(image)  # not there: missing (run would try a registry)
             self.container = self.client.containers.run(
                 image, name=self.name, detach=True,
                 environment={"CODA_GUEST_TOKEN": self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",

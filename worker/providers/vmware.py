@@ -76,11 +76,15 @@ class Vmrun:
         return out
 
 
-def check_template(s: VmwareSettings, vmrun: Vmrun) -> None:
-    """The template VM and its snapshot are there (:class:`ProviderDown` naming them)."""
+def check_template_file(s: VmwareSettings) -> None:
     if not s.template_vmx.is_file():
         raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
                            f"provider_options.template_vmx: {s.template_vmx}: no such file")
+
+
+def check_template(s: VmwareSettings, vmrun: Vmrun) -> None:
+    """The template VM and its snapshot are there (:class:`ProviderDown` naming them)."""
+    check_template_file(s)
     try:
         snapshots = vmrun("listSnapshots", str(s.template_vmx)).splitlines()[1:]
     except VmrunError as exc:
@@ -174,7 +178,9 @@ class VmwareProvider(Provider[VmwareDesktop]):
         self.settings = settings
 
     def probe(self) -> None:
-        """``vmrun`` runs and answers (``list``), the template VM and its snapshot are there."""
+        """The template VM is there, ``vmrun`` runs and answers (``list``), and the template
+        has its snapshot."""
+        check_template_file(self.settings)
         vmrun = Vmrun(self.settings)
         try:
             vmrun("list")

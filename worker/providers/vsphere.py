@@ -511,14 +511,14 @@ class VsphereDesktop(Desktop):
             try:
                 self.vm = self._clone_from(self.provider.template(fresh=fresh))
                 break
-            except VmGone as exc:  # the template (or what it names) is gone: look again
-                self.provider.forget_template()
-                if fresh:
-                    raise DesktopBroken(BrokenReason.START_FAILED,
-                                        f"clone {self.vm_name}: {exc.detail}") from exc
-            except DesktopBroken:
+            except ProviderDown:
                 self.provider.forget_template()
                 raise
+            except DesktopBroken as exc:  # the template may be gone or changed: look again
+                self.provider.forget_template()
+                if fresh:
+                    raise DesktopBroken(exc.reason, f"clone {self.vm_name}: {exc.detail}"
+                                        if isinstance(exc, VmGone) else exc.detail) from exc
         log.info("vsphere.cloned", slot=self.slot, vm=self.vm_name, linked=self.s.linked,
                  seconds=round(time.monotonic() - started, 3))
 
