@@ -64,7 +64,8 @@ import socket, sys, zlib
 first = 20000 + zlib.crc32(sys.argv[1].encode()) % 20000
 for port in [*range(first, first + 20), 0]:
     s = socket.socket()
-    try:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server: the last build's
+    try:                                                   # connections linger in TIME_WAIT
         s.bind(("127.0.0.1", port))
     except OSError:
         continue

@@ -30,6 +30,7 @@ from coda.procs import free_port
 from coda_app.embedded.postgres import EmbeddedPostgres
 from coda_app.embedded.redis import EmbeddedRedis
 from master import unavailable
+from tests.fixtures.faults import Stopwatch, record
 from tests.fixtures.master import EXAMPLES, MasterProcess, master_env
 from tests.fixtures.waiting import wait_for
 
@@ -78,6 +79,7 @@ def test_a_batch_submitted_while_redis_is_away_is_created_once_and_queued_when_i
         wait_for(lambda: admin.get("/v1/batches").json()["total"] >= 2,
                  "two submissions through before Redis stops", 120, logs=lambda: m.log_path
                  .read_text() if m.log_path else "")
+        watch = Stopwatch()
         own_redis.stop()  # the rest of the submissions meet a master whose Redis is away
         for run in runs:
             run.wait(300)
@@ -93,7 +95,9 @@ def test_a_batch_submitted_while_redis_is_away_is_created_once_and_queued_when_i
         assert len(names) == len(set(names)) == sum(r.returncode == 0 for r in runs) == SUBMITS
         log = m.log_path.read_text() if m.log_path else ""
         assert log.count("queue.deferred") >= 1, log[-3000:]  # some were made while it was away
+        away = watch.s()
         own_redis.start()  # back (its data kept): the reconciler pushes what it missed
+        watch.restart()
         worker = httpx.Client(base_url=m.url, timeout=60,
                               headers={"authorization": f"Bearer {m.worker_token}"})
         wid = worker.post("/v1/workers", json={"name": "w", "slots": 64}).json()["id"]
@@ -107,6 +111,10 @@ def test_a_batch_submitted_while_redis_is_away_is_created_once_and_queued_when_i
         wait_for(all_leased, "every episode queued and leased", 120)
         assert len({j["id"] for j in leased}) == len(leased) == SUBMITS
         assert {j["payload"]["batch_id"] for j in leased} == {b["id"] for b in batches}
+        record("redis_stopped_during_submits", submissions=SUBMITS, batches=len(names),
+               made_while_redis_away=log.count("queue.deferred"),
+               cli_failures=sum(r.returncode != 0 for r in runs), redis_away_s=away,
+               every_episode_leased_after_redis_back_s=watch.s(), episodes_doubled=0)
     finally:
         m.stop()
 
@@ -142,9 +150,13 @@ def test_postgres_away_is_a_typed_503_with_retry_after_never_a_500(
             assert r.headers["retry-after"] == "1"
             assert r.json()["detail"].startswith("postgres is unavailable ("), r.text
         assert "request.unhandled_error" not in (m.log_path.read_text() if m.log_path else "")
+        watch = Stopwatch()
         own_postgres.start()
+        started = watch.s()
         assert wait_for(lambda: admin.get("/v1/batches").status_code == 200,
                         "answers again", 60)
+        record("postgres_stopped", answers_503=len(calls), answers_500=0,
+               postgres_start_s=started, answers_again_after_start_s=watch.s() - started)
         [job] = wait_for(lambda: worker.post("/v1/jobs/lease", json={"worker_id": wid})
                          .json()["jobs"], "the episode leased", 60)
         assert job["attempt"] == 1

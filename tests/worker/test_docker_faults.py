@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from coda.contracts.desktop import ProviderDown, ProviderFault
+from tests.fixtures.faults import Stopwatch, record
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.proxy import proxy
 from tests.fixtures.waiting import wait_for
@@ -144,4 +145,9 @@ def test_a_worker_whose_image_is_missing_leases_nothing_until_it_is_there(
         ep = rest.episode(episode_id)
         assert ep["status"] == "queued" and ep["attempts"] == 0
         docker_client.images.get(desktop_image).tag(missing_tag)
+        watch = Stopwatch()
+        wait_for(lambda: rest.episode(episode_id)["status"] != "queued", "leased", 120,
+                 logs=worker.log, gone=worker.exited)
+        record("docker_image_missing_at_start", leased_after_tag_s=watch.s())
         _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+        record("docker_image_missing_at_start", attempts=1, episodes_failed=0)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from coda_app.vcsim import Vcsim, create_vm, desktop_run
+from tests.fixtures.faults import Stopwatch, record
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.vcsim import destroy_vm, end_other_sessions, leftovers, vm_prefix
 from tests.fixtures.waiting import exited, wait_for
@@ -76,8 +77,9 @@ def _ok(rest: Rest, worker: WorkerProcess) -> None:
 
 def _given_back(rest: Rest, worker: WorkerProcess, episode_id: str,
                 fault: str) -> dict[str, Any]:
-    """Wait until the episode's job was given back for ``fault``; the worker's provider state.
-    The episode is queued again with no attempt counted."""
+    """Wait until the episode's job was given back for ``fault``; the worker's provider state
+    (with ``seconds``: since the call). The episode is queued again, no attempt counted."""
+    watch = Stopwatch()
     state: dict[str, Any] = wait_for(
         lambda: (p := _provider(rest)) and p["given_back"] >= 1 and p,
         "the job given back", FAULT_TIMEOUT, logs=worker.log, gone=worker.exited)
@@ -86,7 +88,21 @@ def _given_back(rest: Rest, worker: WorkerProcess, episode_id: str,
     job = rest.job(ep["job_id"])
     assert ep["status"] == "queued" and job["attempts"] == 0, (ep, job)
     assert job["error"].startswith(f"released: provider_down: {fault}: "), job
-    return state
+    return {**state, "seconds": watch.s()}
+
+
+def _resumed(rest: Rest, worker: WorkerProcess, episode_id: str, fault: str,
+             given_back: dict[str, Any], **figures: Any) -> None:
+    """Once the fault is gone: the episode is leased again (how long that took is recorded),
+    then ends solved on its first attempt."""
+    watch = Stopwatch()
+    wait_for(lambda: rest.episode(episode_id)["status"] != "queued", "leased again",
+             FAULT_TIMEOUT, logs=worker.log, gone=worker.exited)
+    record(fault, given_back_after_submit_s=given_back["seconds"],
+           leased_after_fix_s=watch.s(), **figures)
+    _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+    record(fault, attempts=rest.job(rest.episode(episode_id)["job_id"])["attempts"],
+           episodes_failed=0)
 
 
 def test_a_password_rotated_while_a_worker_runs_costs_no_attempt(
@@ -105,7 +121,7 @@ def test_a_password_rotated_while_a_worker_runs_costs_no_attempt(
             assert state["detail"].endswith(f"login of {vcsim.user!r} refused"), state
         finally:
             vcsim.change_password(before)  # the worker's password is right again
-        _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+        _resumed(rest, worker, episode_id, "vsphere_password_rotated", state)
 
 
 def test_a_template_deleted_and_put_back_while_a_worker_runs_costs_no_attempt(
@@ -120,7 +136,7 @@ def test_a_template_deleted_and_put_back_while_a_worker_runs_costs_no_attempt(
         state = _given_back(rest, worker, episode_id, "missing")
         assert state["detail"] == f"no template VM {fleet['template']!r}", state
         _template(si, vcsim, fleet["template"], desktop_vm_image)  # put back: a new VM
-        _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+        _resumed(rest, worker, episode_id, "vsphere_template_deleted", state)
 
 
 def test_a_simulator_killed_and_started_again_costs_no_attempt(
@@ -146,12 +162,14 @@ def test_a_simulator_killed_and_started_again_costs_no_attempt(
             [episode_id] = rest.submit([C02], judge="never", max_attempts=1)["episode_ids"]
             state = _given_back(rest, worker, episode_id, "unreachable")
             assert f"vSphere 127.0.0.1:{sim.port}" in state["detail"], state
+            watch = Stopwatch()
             sim = Vcsim(binary=vcsim_bin, workdir=tmp_path / "vcsim", user=sim.user,
                         password=sim.password, listen_port=sim.port)
             sim.start()
             si = sim.connect()
             _template(si, sim, template, desktop_vm_image)
-            _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+            _resumed(rest, worker, episode_id, "vsphere_simulator_killed", state,
+                     simulator_back_s=watch.s())
         _cleanup(si, prefix, template)
     finally:
         if sim.proc is not None:
@@ -183,3 +201,5 @@ def test_a_second_worker_on_the_same_clone_prefix_refuses_to_start_and_touches_n
         ep = _wait_episode(rest, episode_id, a)
     _assert_c02_solved(ep, attempt=1)
     assert rest.job(ep["job_id"])["attempts"] == 1
+    record("vsphere_two_workers_one_prefix", second_worker_exit=4, first_worker_vms_touched=0,
+           attempts=1, episodes_failed=0)
