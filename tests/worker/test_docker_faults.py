@@ -21,7 +21,7 @@ from tests.fixtures.faults import Stopwatch, record
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.proxy import proxy
 from tests.fixtures.waiting import wait_for
-from tests.worker.test_episodes import C02, _assert_c02_solved, _wait_episode
+from tests.worker.test_episodes import C02, assert_c02_solved, wait_episode
 from worker.providers.base import ProviderConflict
 from worker.providers.docker import DockerProvider, DockerSettings
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
@@ -149,5 +149,5 @@ def test_a_worker_whose_image_is_missing_leases_nothing_until_it_is_there(
         wait_for(lambda: rest.episode(episode_id)["status"] != "queued", "leased", 120,
                  logs=worker.log, gone=worker.exited)
         record("docker_image_missing_at_start", leased_after_tag_s=watch.s())
-        _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+        assert_c02_solved(wait_episode(rest, episode_id, worker), attempt=1)
         record("docker_image_missing_at_start", attempts=1, episodes_failed=0)

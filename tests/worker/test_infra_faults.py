@@ -24,7 +24,7 @@ from tests.fixtures.master import MasterProcess
 from tests.fixtures.proxy import proxy
 from tests.fixtures.services import Store
 from tests.fixtures.waiting import wait_for
-from tests.worker.test_episodes import C02, _assert_c02_solved, _wait_episode, _wait_steps
+from tests.worker.test_episodes import C02, assert_c02_solved, wait_episode, wait_steps
 
 from .workerproc import Rest, WorkerProcess, running_worker, worker_env
 
@@ -60,7 +60,7 @@ def test_a_master_away_mid_episode_costs_no_attempt(
     with proxy(("127.0.0.1", lmaster.port)) as front:
         env["CODA_WORKER_MASTER_URL"] = f"http://127.0.0.1:{front.port}"
         with running_worker(env, tmp_path / "worker.log") as worker:
-            _wait_steps(rest, episode_id, 2, worker)
+            wait_steps(rest, episode_id, 2, worker)
             stored = len(rest.episode(episode_id)["steps"])
             watch = Stopwatch()
             lmaster.stop(kill=True)  # mid-episode: no answer to anything the worker sends
@@ -77,9 +77,9 @@ def test_a_master_away_mid_episode_costs_no_attempt(
             record("master_killed_mid_episode", outage_s=outage,
                    next_step_stored_after_return_s=watch.s(),
                    calls_refused=front.refused - refused)
-            ep = _wait_episode(rest, episode_id, worker)
+            ep = wait_episode(rest, episode_id, worker)
             log = worker.full_log()
-    _assert_c02_solved(ep, attempt=1)
+    assert_c02_solved(ep, attempt=1)
     assert rest.job(ep["job_id"])["attempts"] == 1
     assert '"job.crashed"' not in log and '"job.failed"' not in log, log[-3000:]
     record("master_killed_mid_episode", attempts=1, episodes_failed=0)
@@ -116,7 +116,7 @@ def test_a_provider_that_cannot_make_desktops_leases_nothing_and_resumes_by_itse
         record("local_program_missing_at_start", reported_after_start_s=detected,
                leased_after_install_s=watch.s())
         for episode_id in first:
-            _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+            assert_c02_solved(wait_episode(rest, episode_id, worker), attempt=1)
         assert _provider(rest) == {"ok": True, "fault": None, "detail": "", "since": None,
                                    "given_back": 0, "next_probe_s": None}
 
@@ -142,7 +142,7 @@ def test_a_provider_that_cannot_make_desktops_leases_nothing_and_resumes_by_itse
                  FAULT_TIMEOUT, logs=worker.log, gone=worker.exited)
         record("local_program_missing_at_reset", given_back_after_submit_s=given_back,
                leased_after_install_s=watch.s(), attempts=1, episodes_failed=0)
-        _assert_c02_solved(_wait_episode(rest, later, worker), attempt=1)
+        assert_c02_solved(wait_episode(rest, later, worker), attempt=1)
         down = _events(worker, "worker.provider_down")
         ready = [e for e in _events(worker, "worker.provider_ready") if "down_s" in e]
     assert [e["fault"] for e in down] == ["missing", "missing"]

@@ -23,7 +23,7 @@ from tests.fixtures.faults import Stopwatch, record
 from tests.fixtures.master import MasterProcess
 from tests.fixtures.vcsim import destroy_vm, end_other_sessions, leftovers, vm_prefix
 from tests.fixtures.waiting import exited, wait_for
-from tests.worker.test_episodes import C02, _assert_c02_solved, _wait_episode, _wait_steps
+from tests.worker.test_episodes import C02, assert_c02_solved, wait_episode, wait_steps
 from worker.providers.vsphere import find_vm, list_vms
 
 from .workerproc import Rest, WorkerProcess, running_worker, worker_env
@@ -100,7 +100,7 @@ def _resumed(rest: Rest, worker: WorkerProcess, episode_id: str, fault: str,
              FAULT_TIMEOUT, logs=worker.log, gone=worker.exited)
     record(fault, given_back_after_submit_s=given_back["seconds"],
            leased_after_fix_s=watch.s(), **figures)
-    _assert_c02_solved(_wait_episode(rest, episode_id, worker), attempt=1)
+    assert_c02_solved(wait_episode(rest, episode_id, worker), attempt=1)
     record(fault, attempts=rest.job(rest.episode(episode_id)["job_id"])["attempts"],
            episodes_failed=0)
 
@@ -183,7 +183,7 @@ def test_a_second_worker_on_the_same_clone_prefix_refuses_to_start_and_touches_n
     [episode_id] = rest.submit([C02], judge="never", max_attempts=1)["episode_ids"]
     first = _env(wmaster, replay_services, fleet["options"], name="worker-a")
     with running_worker(first, tmp_path / "worker-a.log") as a:
-        _wait_steps(rest, episode_id, 1, a)
+        wait_steps(rest, episode_id, 1, a)
         clone = find_vm(si, f"{fleet['prefix']}-clone-0")
         second = WorkerProcess(env=_env(wmaster, replay_services, fleet["options"],
                                         name="worker-b"), log_path=tmp_path / "worker-b.log")
@@ -198,8 +198,8 @@ def test_a_second_worker_on_the_same_clone_prefix_refuses_to_start_and_touches_n
             second.stop()
         after = find_vm(si, f"{fleet['prefix']}-clone-0")
         assert after._moId == clone._moId and str(after.runtime.powerState) == "poweredOn"
-        ep = _wait_episode(rest, episode_id, a)
-    _assert_c02_solved(ep, attempt=1)
+        ep = wait_episode(rest, episode_id, a)
+    assert_c02_solved(ep, attempt=1)
     assert rest.job(ep["job_id"])["attempts"] == 1
     record("vsphere_two_workers_one_prefix", second_worker_exit=4, first_worker_vms_touched=0,
            attempts=1, episodes_failed=0)
