@@ -270,8 +270,8 @@ def status(
         w.add_column(col)
     for worker in report.workers:
         state = worker.provider
-        desktops = ("-" if state is None else "ok" if state.ok
-                    else f"waiting: {state.fault.value if state.fault else '?'}: {state.detail}")
+        desktops = ("-" if state is None else "ok" if state.ok else "probing"
+                    if state.fault is None else f"waiting: {state.fault.value}: {state.detail}")
         w.add_row(worker.name, "online" if worker.online else "gone",
                   f"{worker.busy_slots}/{worker.slots}", desktops)
     out.print(w)

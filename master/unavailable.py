@@ -32,6 +32,7 @@ INFRASTRUCTURE: tuple[type[Exception], ...] = (
 
 _MODULES = (("asyncpg", "postgres"), ("redis", "redis"), ("fsspec", "artifacts"),
             ("coda.artifacts", "artifacts"))
+STORES = frozenset(name for _, name in _MODULES)
 
 
 def dependency_of(exc: BaseException) -> str:
@@ -52,7 +53,9 @@ def dependency_of(exc: BaseException) -> str:
 
 def install(app: FastAPI, retry_after_s: int) -> None:
     """Answer every infrastructure error (and :class:`Unavailable`) 503 with
-    ``Retry-After: retry_after_s``."""
+    ``Retry-After: retry_after_s``. A ``RuntimeError`` raised through a store's client library
+    (the event loop's "unable to perform operation on <TCPTransport closed=True>" when a
+    connection closed under a query) is one too; any other stays a 500."""
 
     async def unavailable(request: Request, exc: Exception) -> Response:
         typed = exc if isinstance(exc, Unavailable) else Unavailable(dependency_of(exc), exc)
@@ -60,6 +63,12 @@ def install(app: FastAPI, retry_after_s: int) -> None:
                     error=f"{type(typed.cause).__name__}: {str(typed.cause)[:300]}")
         return safe_json({"detail": str(typed)}, 503, {"retry-after": str(retry_after_s)})
 
+    async def runtime(request: Request, exc: Exception) -> Response:
+        if dependency_of(exc) in STORES:
+            return await unavailable(request, exc)
+        raise exc  # not a store's: the 500 of the request's top (logged with its traceback)
+
     app.add_exception_handler(Unavailable, unavailable)
     for kind in INFRASTRUCTURE:
         app.add_exception_handler(kind, unavailable)
+    app.add_exception_handler(RuntimeError, runtime)

@@ -25,6 +25,18 @@ from coda.logging import get_logger
 log = get_logger("worker.gate")
 
 
+async def either(event: asyncio.Event, stopping: asyncio.Event) -> bool:
+    """Wait until ``event`` is set (True) or ``stopping`` is (False)."""
+    if event.is_set() or stopping.is_set():
+        return event.is_set() and not stopping.is_set()
+    waits = {asyncio.create_task(event.wait()), asyncio.create_task(stopping.wait())}
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return event.is_set() and not stopping.is_set()
+
+
 def backoff(first_s: float, max_s: float, failures: int) -> float:
     """The pause before the next probe after ``failures`` failed ones in a row (pure)."""
     return float(min(max_s, first_s * 2.0 ** max(0, min(failures - 1, 30))))
@@ -46,7 +58,8 @@ class ProviderGate:
         self.opened = asyncio.Event()
         self.closed = asyncio.Event()
         self.closed.set()  # the first probe opens it
-        self.failures = 0
+        self.failures = 0  # probes failed in a row
+        self.flaps = 0  # jobs given back since a job last ran past its provider
         self.down_since: float | None = None
         self.downtimes: list[float] = []  # seconds from each fault to the probe that passed
 
@@ -56,14 +69,7 @@ class ProviderGate:
 
     async def wait_open(self, stopping: asyncio.Event) -> bool:
         """Wait until the gate opens (True) or the worker stops (False)."""
-        if self.opened.is_set():
-            return True
-        waits = {asyncio.create_task(self.opened.wait()), asyncio.create_task(stopping.wait())}
-        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        return self.opened.is_set()
+        return await either(self.opened, stopping)
 
     def down(self, exc: ProviderDown, *, given_back: bool = False) -> None:
         """The provider failed (a probe, or a job's desktop): close, and say why."""
@@ -74,6 +80,7 @@ class ProviderGate:
         self.opened.clear()
         self.closed.set()
         self.failures += 1
+        self.flaps += int(given_back)
         self.state = ProviderState(
             ok=False, fault=exc.fault, detail=exc.detail[:2000],
             since=self.state.since if not first and self.state.since else datetime.now(UTC),
@@ -102,18 +109,29 @@ class ProviderGate:
         self.opened.set()
         self.on_change()
 
+    def confirmed(self) -> None:
+        """A job ran past its provider (its desktop was made, whatever became of the job):
+        the provider's backoff starts again from the first pause."""
+        self.flaps = 0
+
     def _pause(self) -> float:
-        return backoff(self.probe_first_s, self.probe_max_s, self.failures)
+        """Before the next probe: the backoff of the probes failed in a row and of the jobs
+        given back since one last ran past the provider (a provider whose probe passes while
+        its desktops still fail is not leased from in a tight loop)."""
+        return backoff(self.probe_first_s, self.probe_max_s, self.failures + self.flaps)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """While the worker runs: whenever the gate is closed, probe until a probe passes."""
-        while not stopping.is_set():
-            await self.closed.wait()
+        """While the worker runs: whenever the gate is closed, probe until a probe passes
+        (the first at once; after a fault, a pause first)."""
+        while await either(self.closed, stopping):
+            if self.failures:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), self._pause())
+                if stopping.is_set():
+                    return
             try:
                 await self.probe()
             except ProviderDown as exc:
                 self.down(exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), self._pause())
                 continue
             self.up()

@@ -349,6 +349,8 @@ class Worker:
         finally:
             self.leases.drop(job.id)
             self.running.pop(job.id, None)
+        if slot is not None and self.gate.is_open:
+            self.gate.confirmed()  # not given back: its desktop was made
         if down is not None:  # the job is given back: its lease is no longer kept meanwhile
             await self._await_service(down)
 

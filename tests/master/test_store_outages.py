@@ -175,3 +175,26 @@ def test_a_name_that_does_not_resolve_is_a_503() -> None:
     r = TestClient(app).get("/x")
     assert r.status_code == 503 and r.headers["retry-after"] == "2"
     assert r.json()["detail"].startswith("a dependency is unavailable (gaierror: ")
+
+
+def test_a_closed_transport_under_a_store_is_a_503_and_any_other_runtime_error_a_500() -> None:
+    app = FastAPI()
+    unavailable.install(app, 1)
+    store: dict[str, Any] = {"__name__": "asyncpg.protocol"}  # as raised inside asyncpg
+    exec("def write():\n    raise RuntimeError('unable to perform operation on "
+         "<TCPTransport closed=True>; the handler is closed')", store)
+
+    @app.get("/closed")
+    async def closed() -> None:
+        store["write"]()
+
+    @app.get("/bug")
+    async def bug() -> None:
+        raise RuntimeError("a bug of the master's own")
+
+    client = TestClient(app, raise_server_exceptions=False)
+    r = client.get("/closed")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["detail"].startswith("postgres is unavailable (RuntimeError: unable to ")
+    assert client.get("/bug").status_code == 500
+
