@@ -288,7 +288,7 @@ def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     import docker
 
     from worker.providers.docker import DockerProvider, DockerSettings
-    from worker.providers.docker_base import DESKTOP_IMAGE
+    from worker.providers.docker_base import project_image
     from worker.providers.docker_desktop import ContainerDesktop
 
     out: dict[str, Any] = {}
@@ -334,9 +334,9 @@ def measure_docker(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     out["docker_reset_ready_s_all"] = {m: [round(x, 3) for x in r] for m, r in resets.items()}
     client = docker.from_env()
     try:
-        image = client.images.get(DESKTOP_IMAGE)
+        image = client.images.get(project_image("desktop"))
         info = client.info()
-        out["docker_image"] = {"name": DESKTOP_IMAGE, "id": image.short_id,
+        out["docker_image"] = {"name": project_image("desktop"), "id": image.short_id,
                                "size_mb": round(image.attrs["Size"] / 1e6)}
         out["docker_engine"] = {"version": info.get("ServerVersion"),
                                 "storage_driver": info.get("Driver"),
@@ -365,7 +365,7 @@ def measure_vsphere(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     import docker
 
     from coda_app.vcsim import create_vm, desktop_run, running
-    from worker.providers.docker_base import DESKTOP_IMAGE
+    from worker.providers.docker_base import project_image
     from worker.providers.factory import make_provider
 
     if not __package__:
@@ -375,7 +375,7 @@ def measure_vsphere(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     load_before = os.getloadavg()
     client = docker.from_env()
     try:  # by id: the tag is shared with other checkouts that may rebuild it meanwhile
-        image = str(client.images.get(DESKTOP_IMAGE).id)
+        image = str(client.images.get(project_image("desktop")).id)
     finally:
         client.close()
     out: dict[str, Any] = {}

@@ -256,14 +256,27 @@ def submit(
     url: Annotated[str, typer.Option(help="master URL (CODA_MASTER_URL)")] = DEFAULT_URL,
     token: Annotated[str | None, typer.Option(help="admin token (CODA_ADMIN_TOKEN)")] = None,
     home: Annotated[Path, typer.Option(help="data dir of a local `coda up`")] = DEFAULT_HOME,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="makes the master create the batch once: a submission sent again with the same "
+             "key (its retries do) gets the batch the first one created (default: a new "
+             "key)")] = None,
 ) -> None:
-    """Submit tasks as a batch of episodes."""
+    """Submit tasks as a batch of episodes (once, however often the request is retried)."""
+    import uuid
+
     from coda.contracts.master_api import BatchCreate
 
     tasks = _task_files(path)
     spec = BatchCreate(name=name or path.name, tasks=[t.model_dump(mode="json") for t in tasks],
                        rollouts=rollouts, priority=priority)
-    created = _call_master(url, admin_token(token, home), lambda m: m.create_batch(spec))
+    key = idempotency_key or uuid.uuid4().hex
+    try:
+        created = _call_master(url, admin_token(token, home),
+                               lambda m: m.create_batch(spec, key=key))
+    except typer.Exit:
+        console.print(f"to submit it again without risking a second batch: coda submit "
+                      f"{path} --idempotency-key {key} (with the same options)")
+        raise
     typer.echo(json.dumps({"batch_id": str(created.batch.id),
                            "episodes": created.batch.progress.total}))
 
@@ -303,7 +316,16 @@ def status(
     for d in report.queues:
         q.add_row(d.kind.value, str(d.queued), str(d.leased))
     out.print(q)
-    out.print(f"workers: {len(report.workers)}")
+    w = Table(title="Workers")
+    for col in ("worker", "state", "busy/slots", "desktops"):
+        w.add_column(col)
+    for worker in report.workers:
+        state = worker.provider
+        desktops = ("-" if state is None else "ok" if state.ok else "probing"
+                    if state.fault is None else f"waiting: {state.fault.value}: {state.detail}")
+        w.add_row(worker.name, "online" if worker.online else "gone",
+                  f"{worker.busy_slots}/{worker.slots}", desktops)
+    out.print(w)
 
 
 admin_app = typer.Typer(help="Fleet administration at a running master (admin token).",

@@ -40,7 +40,6 @@ from coda.procs import log_tail, start_ready, stop_process
 log = get_logger("coda.vcsim")
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "scripts" / "vcsim.sh"
-DESKTOP_IMAGE = "coda-desktop:latest"
 HOME_TEMPLATE = "/opt/coda/home"  # the desktop image's home template
 TAR_IMAGE = "coda-base/debian:bookworm"  # has tar, built from Debian's packages
 START_TIMEOUT_S = 60.0
@@ -77,6 +76,9 @@ class Vcsim:
     tar_image: str = TAR_IMAGE
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
+    listen_port: int = 0
+    """The port to serve on (0: a free one); a simulator started again after a crash takes the
+    port of the one before, as a vCenter that comes back does."""
     network: str = field(default_factory=lambda: f"coda-vcsim-{secrets.token_hex(4)}")
     """A Docker network of this simulator's own for its VMs' containers: vcsim reads a
     container's address at its first start only, and a container restarted (a VM powered off
@@ -91,6 +93,24 @@ class Vcsim:
         return self.workdir / "vcsim.log"
 
     @property
+    def password_file(self) -> Path:
+        return self.workdir / "vcsim-password"
+
+    def change_password(self, password: str) -> None:
+        """Change the simulator's password while it runs (SIGHUP re-reads it): sessions open
+        stay, the next login needs the new one (as a vCenter's password rotation)."""
+        assert self.proc is not None, "not running"
+        self._write_password(password)
+        self.proc.send_signal(signal.SIGHUP)
+        self.password = password
+
+    def _write_password(self, password: str) -> None:
+        tmp = self.password_file.with_suffix(".tmp")
+        tmp.write_text(password)
+        tmp.chmod(0o600)
+        tmp.replace(self.password_file)
+
+    @property
     def host(self) -> str:
         return self.url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
 
@@ -102,13 +122,15 @@ class Vcsim:
         ready = self.workdir / "vcsim-ready.json"
         ready.unlink(missing_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write_password(self.password)
         _docker("network", "create", "--label", "coda.vcsim=1", self.network)
         try:
             self.proc = start_ready(
-                [str(self.binary), "-listen", "127.0.0.1:0", "-cert", str(self.cert),
-                 "-ready", str(ready), "-tar-image", self.tar_image],
+                [str(self.binary), "-listen", f"127.0.0.1:{self.listen_port}", "-cert",
+                 str(self.cert), "-ready", str(ready), "-tar-image", self.tar_image],
                 ready.exists, name="vcsim", log=self.log_path, timeout=START_TIMEOUT_S,
-                env={"VCSIM_USERNAME": self.user, "VCSIM_PASSWORD": self.password})
+                env={"VCSIM_USERNAME": self.user,
+                     "VCSIM_PASSWORD_FILE": str(self.password_file)})
         except BaseException:
             _docker("network", "rm", self.network)
             raise
@@ -125,6 +147,26 @@ class Vcsim:
         _docker("network", "rm", self.network)  # its VMs' containers went with it
         log.info("vcsim.stopped", code=code)
         return code
+
+    def kill(self) -> list[str]:
+        """SIGKILL, as a crash: nothing of its own clean-up runs. What it left (its VMs'
+        containers, and volumes of the same names, on its network) is removed here, as an
+        operator would; their names."""
+        if self.proc is None:
+            return []
+        self.proc.kill()
+        self.proc.wait(30)
+        self.proc = None
+        found = subprocess.run(["docker", "ps", "-a", "--filter", f"network={self.network}",
+                                "--format", "{{.Names}}"], capture_output=True, text=True,
+                               check=False).stdout.split()
+        for name in found:
+            subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
+            subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True,
+                           check=False)
+        _docker("network", "rm", self.network)
+        log.info("vcsim.killed", left=found)
+        return found
 
     def log(self) -> str:
         return log_tail(self.log_path, 6000)
@@ -169,10 +211,15 @@ def _network(network: str | None) -> list[str]:
     return ["--network", network] if network else []
 
 
-def desktop_run(image: str = DESKTOP_IMAGE, *, network: str | None = None,
+def desktop_run(image: str | None = None, *, network: str | None = None,
                 options: Sequence[str] = ()) -> list[str]:
-    """``RUN.container`` of a desktop VM: ``docker run`` options, then the image; ``network``:
-    the simulator's own (:attr:`Vcsim.network`)."""
+    """``RUN.container`` of a desktop VM: ``docker run`` options, then the image (default: the
+    desktop image at ``$CODA_IMAGE_TAG``); ``network``: the simulator's own
+    (:attr:`Vcsim.network`)."""
+    if image is None:
+        from worker.providers.docker_base import project_image
+
+        image = project_image("desktop")
     return ["--tmpfs", "/sys:rw", "--shm-size", "256m", *_network(network),
             "--env", f"CODA_DESKTOP_HOME_TEMPLATE={HOME_TEMPLATE}", *options, image]
 
@@ -219,7 +266,9 @@ app = typer.Typer(help="VMware's vSphere simulator with desktop VMs (development
 
 @app.command()
 def serve(
-    image: Annotated[str, typer.Option(help="the desktop image the VMs run")] = DESKTOP_IMAGE,
+    image: Annotated[str | None, typer.Option(
+        help="the desktop image the VMs run (default: coda-desktop:$CODA_IMAGE_TAG, latest "
+             "when unset)")] = None,
     mode: Annotated[str, typer.Option(help="clone: a template to clone; revert: one VM per "
                                            "slot with a snapshot")] = "clone",
     slots: Annotated[int, typer.Option(help="revert mode: VMs to create")] = 2,

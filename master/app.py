@@ -9,11 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from coda import __version__
 from coda.artifacts import ArtifactError, ArtifactStore
@@ -23,7 +21,7 @@ from coda.logging import configure_logging, get_logger
 from coda.service import create_service_app, safe_json
 from coda.tasks import TaskLoadError
 from coda.urls import redact_url
-from master import errors, maintenance, shutdown, tokens
+from master import errors, maintenance, shutdown, tokens, unavailable
 from master.auth import token_auth
 from master.db.migrate import upgrade
 from master.db.pg import make_pool
@@ -140,11 +138,11 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
                            retry_after_s=s.shed_retry_after_s,
                            metrics=ShedMetrics(registry, in_flight), lag=lag,
                            max_lag_s=s.shed_max_loop_lag_s)
-    _errors(app)
+    _errors(app, s)
     return app
 
 
-def _errors(app: FastAPI) -> None:
+def _errors(app: FastAPI, s: MasterSettings) -> None:
     def handler(code: int) -> Any:
         async def handle(_: Request, exc: Exception) -> Response:
             return safe_json({"detail": str(exc) or type(exc).__name__}, code)
@@ -156,12 +154,9 @@ def _errors(app: FastAPI) -> None:
     app.add_exception_handler(errors.BatchNotFound, handler(404))
     app.add_exception_handler(errors.WorkerNotFound, handler(404))
     app.add_exception_handler(ArtifactError, handler(400))
-    app.add_exception_handler(RedisError, handler(503))
-    # Postgres unreachable or restarted under us: clients retry on 503
-    app.add_exception_handler(asyncpg.exceptions.ConnectionDoesNotExistError, handler(503))
-    app.add_exception_handler(asyncpg.exceptions.CannotConnectNowError, handler(503))
-    app.add_exception_handler(asyncpg.exceptions.InterfaceError, handler(503))
-    app.add_exception_handler(ConnectionError, handler(503))
+    # Postgres or Redis unreachable, restarting or restarted under us: a typed 503 with
+    # Retry-After, which clients retry (master/unavailable.py)
+    unavailable.install(app, s.unavailable_retry_after_s)
 
     async def invalid_result(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.InvalidResult)

@@ -47,3 +47,15 @@ class WorkerNotFound(Exception):
 
 class VersionExists(Exception):
     """409."""
+
+
+class Unavailable(Exception):
+    """A store the master needs did not answer (PostgreSQL restarting, Redis stopped, a name
+    that does not resolve): 503 with ``Retry-After``, never a 500. ``dependency`` names it
+    (``postgres``, ``redis``, ``artifacts`` or ``a dependency`` when the error does not say)."""
+
+    def __init__(self, dependency: str, cause: BaseException) -> None:
+        self.dependency = dependency
+        self.cause = cause
+        super().__init__(f"{dependency} is unavailable ({type(cause).__name__}: "
+                         f"{str(cause)[:300] or 'no message'}); retry later")

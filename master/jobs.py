@@ -12,9 +12,9 @@ trip to Postgres per call where it can.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
@@ -29,7 +29,7 @@ from coda.contracts.jobs import (
 )
 from coda.contracts.records import JobKind, JobStatus, Step
 from coda.logging import get_logger
-from master import lifecycle
+from master import idempotency, lifecycle
 from master.clock import Clock, ms
 from master.errors import EpisodeNotFound, InvalidResult, LeaseLost, StepRefused
 from master.queue.redis_queue import RedisQueue
@@ -37,6 +37,7 @@ from master.repos import batches as batch_rows
 from master.repos import jobs as job_rows
 from master.repos import steps as step_rows
 from master.repos.jobs import NewJob, new_token
+from master.unavailable import INFRASTRUCTURE
 
 log = get_logger("coda.master.jobs")
 
@@ -59,9 +60,34 @@ async def publish(pg: asyncpg.Pool, queue: RedisQueue, job_ids: Iterable[uuid.UU
             await queue.push(kind, items)
 
 
-async def enqueue(pg: asyncpg.Pool, queue: RedisQueue, jobs: list[NewJob]) -> None:
-    await job_rows.insert(pg, jobs)  # one executemany: one implicit transaction
-    await publish(pg, queue, [j.id for j in jobs])
+async def after_commit(what: str, step: Awaitable[object]) -> None:
+    """A Redis step after a committed change (push the jobs it queued, drop a lease it ended).
+    Postgres decides and has decided: when Redis (or the network) fails here, the change
+    stands and the answer says so; the reconciler (:func:`reconcile`, every
+    ``reconcile_interval_s`` and at once after Redis lost its data) makes Redis agree."""
+    try:
+        await step
+    except INFRASTRUCTURE as exc:
+        log.warning("queue.deferred", step=what, error=f"{type(exc).__name__}: {exc}"[:300],
+                    action="the reconciler brings Redis up to date when it answers")
+
+
+async def enqueue(pg: asyncpg.Pool, queue: RedisQueue, jobs: list[NewJob], *,
+                  key: str | None = None, digest: str = "") -> dict[str, Any] | None:
+    """Insert queued jobs and push them to Redis. With an idempotency ``key`` (scope
+    ``jobs``): a key taken before returns what its request answered (``{"id", "kind"}`` of its
+    first job) and inserts nothing; None when the jobs were inserted now."""
+    async with pg.acquire() as conn, conn.transaction():
+        if key is not None:
+            earlier = await idempotency.reserve(conn, "jobs", key, digest)
+            if earlier is not None:
+                return earlier
+        await job_rows.insert(conn, jobs)
+        if key is not None and jobs:
+            await idempotency.answer(conn, "jobs", key,
+                                     {"id": str(jobs[0].id), "kind": jobs[0].kind.value})
+    await after_commit("publish", publish(pg, queue, [j.id for j in jobs]))
+    return None
 
 
 async def lease(
@@ -85,15 +111,26 @@ async def lease(
     leased, unfit = [], []
     for r in rows:
         try:
-            leased.append(LEASED_JOB.validate_python({
-                "id": r["id"], "kind": r["kind"], "lease_token": r["lease_token"],
-                "lease_expires_at": expires, "attempt": r["attempts"],
-                "max_attempts": r["max_attempts"], "payload": r["payload"]}))
+            leased.append(_leased(r, expires))
         except ValidationError as exc:
             unfit.append((r, exc))
     for row, error in unfit:
         await _fail_unfit(pg, queue, row, error)
     return leased
+
+
+def _leased(r: asyncpg.Record, expires: datetime) -> Job:
+    return LEASED_JOB.validate_python({
+        "id": r["id"], "kind": r["kind"], "lease_token": r["lease_token"],
+        "lease_expires_at": expires, "attempt": r["attempts"],
+        "max_attempts": r["max_attempts"], "payload": r["payload"]})
+
+
+async def leased_again(pg: asyncpg.Pool, leases: list[tuple[uuid.UUID, str]]) -> list[Job]:
+    """The jobs a lease handed out that are still held with their tokens (a retried lease
+    whose first answer was lost gets them again), in the order given."""
+    rows = {r["id"]: r for r in await job_rows.held(pg, leases)}
+    return [_leased(rows[i], rows[i]["lease_expires_at"]) for i, _ in leases if i in rows]
 
 
 async def _fail_unfit(pg: asyncpg.Pool, queue: RedisQueue, row: asyncpg.Record,
@@ -240,8 +277,8 @@ async def complete(
             except EpisodeNotFound as exc:
                 raise InvalidResult([{"loc": ["body", "result"], "msg": str(exc),
                                       "type": "not_found"}]) from exc
-    await queue.release(str(job_id), token)
-    await publish(pg, queue, follow_ups)
+    await after_commit("release", queue.release(str(job_id), token))
+    await after_commit("publish", publish(pg, queue, follow_ups))
     return kind
 
 
@@ -258,10 +295,25 @@ async def fail(
         reason = f"{error} (gave up after {row['attempts']} attempts)" if final and retry \
             else error
         status = await job_rows.settle(conn, [job_id], final=final, error=reason)
-    await queue.release(str(job_id), token)
+    await after_commit("release", queue.release(str(job_id), token))
     if status is JobStatus.QUEUED:
-        await publish(pg, queue, [job_id])
+        await after_commit("publish", publish(pg, queue, [job_id]))
     return status
+
+
+async def release(pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, token: str,
+                  reason: str) -> None:
+    """The worker gives the job back for a fault that is not the job's (its desktop provider
+    is down: unreachable, credentials refused, template or image missing): requeued with this
+    attempt not counted, and the steps it reported dropped (the next lease runs the same
+    attempt number). The job's ``error`` says why it came back."""
+    row = await job_rows.release(pg, job_id, token, f"released: {reason}")
+    if row is None:
+        raise await job_rows.lost(pg, job_id)
+    await after_commit("release", queue.release(str(job_id), token))
+    await after_commit("publish", publish(pg, queue, [job_id]))
+    log.info("queue.released", job=str(job_id), kind=row["kind"], attempts=row["attempts"],
+             reason=reason[:200])
 
 
 async def expire_leases(pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *,
@@ -311,7 +363,7 @@ async def cancel_batch(pg: asyncpg.Pool, queue: RedisQueue, batch_id: uuid.UUID)
     for r in rows:
         by_kind.setdefault(r["kind"], []).append(str(r["id"]))
     for kind, ids in by_kind.items():
-        await queue.remove(kind, ids)
+        await after_commit("remove", queue.remove(kind, ids))
     return len(rows)
 
 

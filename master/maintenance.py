@@ -1,6 +1,7 @@
 """Background work, done by exactly one replica at a time (a Redis lock with a TTL):
-lease expiry every ``maintenance_interval_s`` and queue reconciliation with Postgres every
-``reconcile_interval_s`` (at once when Redis lost its data)."""
+lease expiry every ``maintenance_interval_s``, queue reconciliation with Postgres every
+``reconcile_interval_s`` (at once when Redis lost its data) and, once a minute, the deletion of
+idempotency keys older than ``idempotency_ttl_s``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import time
 from coda.logging import get_logger
 from master import jobs, tokens
 from master.metrics import refresh_gauges
+from master.repos import idempotency
 from master.state import AppState
 
 log = get_logger("coda.master.maintenance")
 GAUGE_INTERVAL_S = 15.0
+SWEEP_INTERVAL_S = 60.0
 
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -38,6 +41,11 @@ async def tick(core: AppState, *, owner: str) -> None:
         if lost or (due and not await jobs.queue_agrees(core.pg, core.queue)):
             await jobs.reconcile(core.pg, core.queue, core.clock, ttl_s=s.lease_ttl_s)
         await jobs.expire_leases(core.pg, core.queue, core.clock)
+        if await core.redis.set(core.queue.k.keys_swept, owner, nx=True,
+                                px=int(SWEEP_INTERVAL_S * 1000)):
+            swept = await idempotency.sweep(core.pg, s.idempotency_ttl_s)
+            if swept:
+                log.info("maintenance.idempotency_keys_swept", keys=swept)
     finally:
         await core.redis.eval(_UNLOCK, 1, core.queue.k.maintenance_lock, owner)
 

@@ -75,6 +75,13 @@ class MasterSettings(BaseSettings):
     shed_retry_after_s: int = Field(
         default=1, ge=1, le=3600, description="the Retry-After of a refusal (seconds); "
         "workers wait this long plus jitter")
+    idempotency_ttl_s: float = Field(
+        default=86_400.0, ge=60, description="how long the answer of a request sent with an "
+        "Idempotency-Key is kept for its retries (batches, admin jobs, leases)")
+    unavailable_retry_after_s: int = Field(
+        default=1, ge=1, le=3600, description="the Retry-After of a 503 answered because "
+        "PostgreSQL, Redis or the network under them failed (a restart, a stop): clients "
+        "retry after it")
     gc_thresholds: tuple[int, int, int] = Field(
         default=(20_000, 20, 50), description="gc.set_threshold after start-up")
     group_staleness_versions: int = Field(

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Builds the project's images: `deploy/docker/Dockerfile.NAME` -> `coda-NAME:latest`.
+# Builds the project's images: `deploy/docker/Dockerfile.NAME` -> `coda-NAME:$CODA_IMAGE_TAG`
+# (`latest` by default).
 #
 #   bash scripts/docker-build.sh master models worker postgres redis desktop ...
+#   CODA_IMAGE_TAG=mine bash scripts/docker-build.sh desktop  # coda-desktop:mine: two checkouts
+#                                   # on one engine keep their own images (the tests, the docker
+#                                   # provider's default image and `coda vcsim` read the same
+#                                   # variable)
 #   CODA_DOCKER_PUBLIC=1 bash scripts/docker-build.sh master   # the Dockerfiles' own defaults
 #
 # By default nothing is pulled from an image registry or fetched from a package index inside a
@@ -9,10 +14,14 @@
 # from a wheelhouse this host fetches (scripts/docker-wheels.sh) and serves on its loopback for
 # the build (`--network host`, `pip install --no-index --find-links http://127.0.0.1:PORT/`).
 # With CODA_DOCKER_PUBLIC=1 the Dockerfiles use their defaults (python:3.11-slim, PyPI), as on
-# a machine that reaches them. An image already present is rebuilt (the engine's layer cache
-# makes an unchanged one quick).
+# a machine that reaches them. An image already present is rebuilt: the engine's layer cache
+# makes an unchanged one take seconds, because the wheelhouse is served on the same port at
+# every build of this checkout (the port is part of a build argument, and a build argument that
+# changes reruns every step after it: a random port reinstalled every Python package, 126 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tag="${CODA_IMAGE_TAG:-latest}"
+[[ "$tag" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || { echo "docker-build: CODA_IMAGE_TAG=$tag is not a Docker tag" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: $0 IMAGE... (Dockerfiles: $(ls deploy/docker | sed -n 's/^Dockerfile\.//p' | tr '\n' ' '))" >&2; exit 2; }
 
 extras_of() {
@@ -48,7 +57,22 @@ if [ -z "${CODA_DOCKER_PUBLIC:-}" ]; then
       bash scripts/docker-wheels.sh "$all"
       touch "$stamp"
     fi
-    port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    # the same port at every build of this checkout (from its path), the next free one when
+    # another process holds it: a rebuild finds its layers in the cache
+    port="$(python3 - "$PWD" <<'PY'
+import socket, sys, zlib
+first = 20000 + zlib.crc32(sys.argv[1].encode()) % 20000
+for port in [*range(first, first + 20), 0]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server: the last build's
+    try:                                                   # connections linger in TIME_WAIT
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(s.getsockname()[1])
+    break
+PY
+)"
     python3 -m http.server --bind 127.0.0.1 --directory .docker-wheels "$port" >/dev/null 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
@@ -63,11 +87,11 @@ fi
 for img in "$@"; do
   file="deploy/docker/Dockerfile.$img"
   [ -f "$file" ] || { echo "docker-build: no $file" >&2; exit 2; }
-  echo "docker-build: coda-$img:latest ..." >&2
+  echo "docker-build: coda-$img:$tag ..." >&2
   start=$(date +%s)
   base=()
   [ -n "$local_bases" ] && base=(--build-arg "BASE_IMAGE=$(base_of "$img")")
-  docker build -q --network host ${args[@]+"${args[@]}"} "${base[@]}" -f "$file" -t "coda-$img:latest" . \
+  docker build -q --network host ${args[@]+"${args[@]}"} "${base[@]}" -f "$file" -t "coda-$img:$tag" . \
     >/dev/null
-  echo "docker-build: coda-$img:latest built in $(( $(date +%s) - start )) s" >&2
+  echo "docker-build: coda-$img:$tag built in $(( $(date +%s) - start )) s" >&2
 done

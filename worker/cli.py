@@ -63,12 +63,14 @@ def run(
                          service_token=service_token, max_steps=max_steps,
                          drain_grace_s=drain_grace_s)
     configure_logging(settings.log_level)
+    from worker.providers.base import ProviderConflict
     from worker.providers.factory import ProviderConfigError, make_provider
     from worker.runner import TokenRefused, Worker
 
     try:
         prov = make_provider(settings.provider, settings.provider_options,
-                             screen=settings.screen, slot_root=settings.slot_root)
+                             screen=settings.screen, slot_root=settings.slot_root,
+                             owner=settings.name)
     except ProviderConfigError as exc:
         typer.echo(f"coda worker: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -78,6 +80,9 @@ def run(
         typer.echo(f"coda worker: the master refused this worker's token ({exc}); "
                    "leasing stopped", err=True)
         raise typer.Exit(3) from None
+    except ProviderConflict as exc:
+        typer.echo(f"coda worker: {exc}", err=True)
+        raise typer.Exit(4) from None
 
 
 async def serve(worker: Any) -> None:

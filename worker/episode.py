@@ -12,7 +12,10 @@ Failures are sorted by whose fault they are:
   client's retries are spent (its model server is down or restarting, e.g. a killed vLLM): the
   attempt fails (``service_unreachable`` / ``service_unavailable``, retryable) and no step is
   recorded for it, so no stored step lacks the plan its outcome depends on;
-- the lease (the master gave the job to someone else): :class:`LeaseGone`, nothing more is sent.
+- the lease (the master gave the job to someone else): :class:`LeaseGone`, nothing more is sent;
+- the desktop provider's infrastructure (vSphere unreachable, credentials refused, a template
+  or image missing): :class:`~coda.contracts.desktop.ProviderDown` goes to the worker, which
+  gives the job back without counting the attempt (:mod:`worker.runner`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from coda.clients.base import RETRY_STATUS, ServiceError
 from coda.clients.executor import ExecutorClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
-from coda.contracts.desktop import DesktopBroken, Observation, StepStatus
+from coda.contracts.desktop import DesktopBroken, Observation, ProviderDown, StepStatus
 from coda.contracts.jobs import EpisodeInfo, EpisodeJob, EpisodePayload, EpisodeResult
 from coda.contracts.records import (
     ScreenSize,
@@ -161,9 +164,13 @@ class EpisodeRun:
         return await loop.run_in_executor(self.pool, lambda: fn(*args, **kw))
 
     async def _desktop(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """A desktop call; a broken desktop fails the attempt with its typed reason."""
+        """A desktop call; a broken desktop fails the attempt with its typed reason. A failure
+        of the provider's infrastructure (:class:`ProviderDown`) is not the episode's: it goes
+        to the worker as it is, which gives the job back uncounted."""
         try:
             return await self._thread(fn, *args, **kw)
+        except ProviderDown:
+            raise
         except DesktopBroken as exc:
             raise AttemptFailed(exc.reason.value, exc.detail) from exc
         except GuestError as exc:

@@ -5,6 +5,16 @@ Each desktop slot leases ``episode`` jobs and runs them on its own desktop; each
 batched call for all of the worker's leases, :mod:`worker.leases`); a lease the master took
 back stops the job. On SIGTERM the worker stops leasing, lets running jobs
 finish for ``drain_grace_s`` and then gives the rest back to the master for requeue.
+
+Infrastructure faults do not burn work. A desktop provider that cannot make desktops
+(:class:`~coda.contracts.desktop.ProviderDown`: unreachable, credentials refused, template or
+image missing) gives the job back without counting its attempt and closes the desktop slots'
+gate (:mod:`worker.gate`) until a probe passes; a desktop that breaks is still the episode's
+attempt. Every call to the master retries a master that is away for up to
+``master_patience_s`` (below its lease TTL), so a master restart costs no running episode its
+attempt. Another worker using this worker's desktop names
+(:class:`~worker.providers.base.ProviderConflict`) stops it: it never touches desktops it does
+not own.
 """
 
 from __future__ import annotations
@@ -25,15 +35,17 @@ from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
+from coda.contracts.desktop import BrokenReason, ProviderDown, ProviderFault
 from coda.contracts.jobs import EpisodeJob, Job, JobResult, JudgeJob
 from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import JobKind
 from coda.logging import get_logger
 from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
+from worker.gate import ProviderGate
 from worker.history import storable
 from worker.leases import LeaseKeeper
-from worker.providers.base import Provider
+from worker.providers.base import Provider, ProviderConflict
 from worker.settings import WorkerSettings
 from worker.steps import StepReporter
 from worker.tokens import secret_value
@@ -57,7 +69,8 @@ class Worker:
         s = settings
         token = secret_value(s.service_token)
         self.master = MasterClient(s.master_url, token=s.token.get_secret_value(),
-                                   timeout=s.master_timeout_s + s.lease_wait_s)
+                                   timeout=s.master_timeout_s + s.lease_wait_s,
+                                   patience_s=s.master_patience_s or None)
         self.planner = PlannerClient(s.planner_url, token=token, timeout=s.model_timeout_s)
         self.executor = ExecutorClient(s.executor_url, token=token, timeout=s.model_timeout_s)
         self.judge = JudgeClient(s.judge_url, token=token, timeout=s.model_timeout_s)
@@ -72,6 +85,12 @@ class Worker:
                          if s.step_report_window_s > 0 else None)
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
+        self.given_back = 0  # jobs given back uncounted for the provider's faults
+        self.conflict: str | None = None  # another worker uses our desktop names: why
+        self._beat_now = asyncio.Event()
+        self.gate = ProviderGate(self._probe, probe_first_s=s.provider_probe_s,
+                                 probe_max_s=s.provider_probe_max_s,
+                                 on_change=self._beat_now.set)
 
     # lifecycle ---------------------------------------------------------------------------
 
@@ -90,6 +109,8 @@ class Worker:
             keeper = asyncio.create_task(self.leases.run(), name="lease-heartbeats")
             reports = (asyncio.create_task(self.reporter.run(), name="step-reports")
                        if self.reporter is not None else None)
+            gate = (asyncio.create_task(self.gate.run(self.stopping), name="provider-gate")
+                    if self._desktops() else None)
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
                      job_slots=self.settings.job_slots, provider=self.settings.provider,
                      kinds=[k.value for k in self.settings.kinds])
@@ -98,7 +119,7 @@ class Worker:
             for task in idle:
                 task.cancel()
             await self._drain(slots)
-            helpers = [beat, keeper] + ([reports] if reports is not None else [])
+            helpers = [beat, keeper] + [h for h in (reports, gate) if h is not None]
             for helper in helpers:
                 helper.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a
@@ -110,6 +131,11 @@ class Worker:
             await self.aclose()
         if self.refused is not None:  # the master refused our token: say so by the exit
             raise TokenRefused(self.refused)
+        if self.conflict is not None:  # another worker uses our desktop names
+            raise ProviderConflict(self.conflict)
+
+    def _desktops(self) -> bool:
+        return self.settings.slots > 0 and JobKind.EPISODE in self.settings.kinds
 
     async def _register(self, stop: asyncio.Event) -> bool:
         delay = 0.5
@@ -160,6 +186,8 @@ class Worker:
     async def _slot(self, kinds: list[JobKind], slot: int | None) -> None:
         turn = 0
         while not self.stopping.is_set():
+            if slot is not None and not await self.gate.wait_open(self.stopping):
+                break  # a desktop slot leases only while its provider can make desktops
             kind = kinds[turn % len(kinds)]
             turn += 1
             job = await self._lease(kind, wait_s=self.settings.lease_wait_s / len(kinds))
@@ -227,14 +255,47 @@ class Worker:
                       "and start it again")
         self.stopping.set()
 
+    async def _probe(self) -> None:
+        """One probe of the provider (in a thread), for the gate: a conflict over our desktop
+        names stops the worker; an error the provider did not type is taken for its
+        infrastructure's, and logged with its traceback."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.pool, self.provider.probe)
+        except ProviderDown:
+            raise
+        except ProviderConflict as exc:
+            self._conflicted(exc)
+            raise ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                               str(exc)) from exc
+        except Exception as exc:  # a probe's top: logged (a bug), the gate stays closed
+            log.exception("worker.provider_probe_failed")
+            raise ProviderDown(ProviderFault.UNREACHABLE, BrokenReason.START_FAILED,
+                               f"probe: {type(exc).__name__}: {exc}") from exc
+
+    def _conflicted(self, exc: ProviderConflict) -> None:
+        """Another worker uses our desktop names: lease no more and stop (never touching its
+        desktops)."""
+        if self.conflict is None:
+            self.conflict = str(exc)
+            log.error("worker.provider_conflict", detail=str(exc)[:1000],
+                      action="stopping: this worker never touches desktops it does not own")
+        self.stopping.set()
+
     def _handler(self, job: Job, slot: int | None,
                  ) -> Callable[[], Coroutine[Any, Any, JobResult]]:
         if isinstance(job, EpisodeJob):
             assert slot is not None
-            run = EpisodeRun(job=job, desktop=self.provider.desktop(slot), master=self.master,
-                             planner=self.planner, executor=self.executor,
-                             settings=self.settings, pool=self.pool, reporter=self.reporter)
-            return run.run
+
+            async def episode() -> JobResult:
+                loop = asyncio.get_running_loop()
+                desktop = await loop.run_in_executor(self.pool, self.provider.desktop, slot)
+                return await EpisodeRun(
+                    job=job, desktop=desktop, master=self.master, planner=self.planner,
+                    executor=self.executor, settings=self.settings, pool=self.pool,
+                    reporter=self.reporter).run()
+
+            return episode
         if isinstance(job, JudgeJob):
             return lambda: run_judge(job, master=self.master, judge=self.judge,
                                      settings=self.settings)
@@ -260,6 +321,12 @@ class Worker:
                      seconds=round(time.monotonic() - started, 3))
         except LeaseGone as exc:
             log.warning("job.lease_lost", job=str(job.id), kind=job.kind.value, detail=str(exc))
+        except ProviderDown as exc:  # the infrastructure's fault: not the episode's attempt
+            await self._give_back(job, f"provider_down: {exc.fault.value}: {exc.detail}")
+            self.gate.down(exc, given_back=True)
+        except ProviderConflict as exc:
+            await self._give_back(job, f"provider_conflict: {exc}")
+            self._conflicted(exc)
         except AttemptFailed as exc:
             await self._fail(job, f"{exc.reason}: {exc.detail}", retry=exc.retry)
             down = exc.service
@@ -282,8 +349,20 @@ class Worker:
         finally:
             self.leases.drop(job.id)
             self.running.pop(job.id, None)
+        if slot is not None and self.gate.is_open:
+            self.gate.confirmed()  # not given back: its desktop was made
         if down is not None:  # the job is given back: its lease is no longer kept meanwhile
             await self._await_service(down)
+
+    async def _give_back(self, job: Job, reason: str) -> None:
+        """Give the job back without counting its attempt (the master requeues it)."""
+        self.given_back += 1
+        log.warning("job.given_back", job=str(job.id), kind=job.kind.value,
+                    attempt=job.attempt, reason=reason[:500])
+        try:
+            await self.master.release(job, reason[:2000])
+        except (ServiceError, httpx.TransportError) as exc:  # the lease expiry requeues it
+            log.warning("job.give_back_not_reported", job=str(job.id), error=str(exc)[:300])
 
     async def _fail(self, job: Job, error: str, *, retry: bool) -> None:
         self.failed[job.kind] += 1
@@ -295,11 +374,16 @@ class Worker:
             log.warning("job.fail_not_reported", job=str(job.id), error=str(exc))
 
     async def _worker_heartbeats(self) -> None:
+        """Every ``heartbeat_interval_s``, and at once when the provider's state changes."""
         while True:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), self.settings.heartbeat_interval_s)
+            self._beat_now.clear()
             assert self.worker_id is not None
             try:
-                await self.master.worker_heartbeat(self.worker_id, busy_slots=len(self.running))
+                await self.master.worker_heartbeat(
+                    self.worker_id, busy_slots=len(self.running),
+                    provider=self.gate.state if self._desktops() else None)
             except ServiceError as exc:
                 if exc.status == 404:  # the master forgot us (a new database): register again
                     await self._register(asyncio.Event())

@@ -51,6 +51,20 @@ class WorkerSettings(BaseSettings):
 
     model_timeout_s: float = Field(default=300.0, gt=0, description="per model-service call")
     master_timeout_s: float = Field(default=30.0, gt=0, description="per master call")
+    master_patience_s: float = Field(
+        default=45.0, ge=0, le=3600,
+        description="how long a call to the master retries a master that does not answer (or "
+                    "answers 502 / 503 / 504: restarting, its database or Redis away), with "
+                    "backoff, before it fails: keep it below the master's lease TTL (60 s) so a "
+                    "master outage shorter than that costs no running episode its attempt")
+    provider_probe_s: float = Field(
+        default=1.0, gt=0, le=600,
+        description="the desktop provider's infrastructure failed (unreachable, credentials "
+                    "refused, template or image missing): the job goes back uncounted, no "
+                    "episode is leased, and the provider is probed after this long, then twice "
+                    "as long each time up to provider_probe_max_s, until it answers")
+    provider_probe_max_s: float = Field(default=30.0, gt=0, le=3600,
+                                        description="the longest pause between two probes")
     lease_wait_s: float = Field(default=5.0, ge=0, le=60, description="long poll when idle")
     service_wait_s: float = Field(
         default=300.0, ge=0,

@@ -15,6 +15,7 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential_jitter,
 )
 
@@ -22,6 +23,7 @@ M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUS = frozenset({502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
+MAX_PATIENT_BACKOFF_S = 4.0
 RETRY_AFTER_JITTER = 0.5
 
 
@@ -61,11 +63,15 @@ class _Wait:
 
 
 def http_retry(attempts: int, transient: Callable[[BaseException], bool], *,
-               backoff_s: float = 0.1, max_backoff_s: float = 8.0) -> AsyncRetrying:
-    """Up to ``attempts`` tries of the block while ``transient(exc)``; the last error is
-    re-raised. ``async for attempt in http_retry(...): with attempt: ...``."""
-    return AsyncRetrying(stop=stop_after_attempt(max(1, attempts)),
-                         wait=_Wait(backoff_s, max_backoff_s),
+               backoff_s: float = 0.1, max_backoff_s: float = 8.0,
+               within_s: float | None = None) -> AsyncRetrying:
+    """Up to ``attempts`` tries of the block while ``transient(exc)`` (with ``within_s``: as
+    many as fit in that many seconds, at least ``attempts``); the last error is re-raised.
+    ``async for attempt in http_retry(...): with attempt: ...``."""
+    stop = stop_after_attempt(max(1, attempts))
+    if within_s is not None:
+        stop = stop & stop_after_delay(within_s)  # type: ignore[assignment]
+    return AsyncRetrying(stop=stop, wait=_Wait(backoff_s, max_backoff_s),
                          retry=retry_if_exception(transient), reraise=True)
 
 
@@ -97,6 +103,7 @@ class JsonClient:
         token: str | None = None,
         timeout: float = 60.0,
         retries: int = 3,
+        patience_s: float | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -109,6 +116,10 @@ class JsonClient:
             self.http.headers.update(headers)
         self.retries = retries
         """Attempts per call (1 = no retry)."""
+        self.patience_s = patience_s
+        """With it, a call retries a server that does not answer (or answers 502 / 503 / 504)
+        for this many seconds, with backoff up to ``MAX_PATIENT_BACKOFF_S`` between tries: a
+        worker waits out a master restart instead of failing its episode."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -123,7 +134,10 @@ class JsonClient:
     async def send(self, method: str, path: str, body: BaseModel | dict[str, Any] | None = None,
                    *, params: dict[str, Any] | None = None, **kw: Any) -> httpx.Response:
         payload = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
-        async for attempt in http_retry(self.retries, _transient, max_backoff_s=2.0):
+        patient = self.patience_s is not None
+        async for attempt in http_retry(
+                self.retries, _transient, within_s=self.patience_s,
+                max_backoff_s=MAX_PATIENT_BACKOFF_S if patient else 2.0):
             with attempt:
                 resp = await self.http.request(method, path, json=payload, params=params, **kw)
                 if resp.status_code >= 400:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from coda.clients.base import JsonClient
+from coda.contracts.desktop import ProviderState
 from coda.contracts.jobs import Job, JobResult
 from coda.contracts.master_api import (
     ArtifactRef,
@@ -24,6 +25,7 @@ from coda.contracts.master_api import (
     JobCreated,
     JobFail,
     JobHeartbeatResponse,
+    JobRelease,
     JobState,
     JobStepReport,
     JudgeJobCreate,
@@ -58,14 +60,27 @@ from coda.contracts.training import (
 )
 
 JOB_COMPLETE: TypeAdapter[JobComplete] = TypeAdapter(JobComplete)
+IDEMPOTENCY_KEY = "idempotency-key"
+
+
+def once(key: str | None = None) -> dict[str, dict[str, str]]:
+    """The headers of a request the master must do once however often it is sent: an
+    ``Idempotency-Key`` (``key``, else a new random one) that every retry of the call reuses."""
+    return {"headers": {IDEMPOTENCY_KEY: key or uuid.uuid4().hex}}
 
 
 class MasterClient(JsonClient):
-    """``async with MasterClient(url, token=...) as m: await m.create_batch(...)``."""
+    """``async with MasterClient(url, token=...) as m: await m.create_batch(...)``.
+
+    Calls that create or hand out something (a batch, a job, a lease) carry an
+    ``Idempotency-Key`` that their retries reuse: a retry after an answer lost on the way
+    gets what the first try made, never a second batch or lease."""
 
     # batches and episodes
-    async def create_batch(self, spec: BatchCreate) -> BatchCreated:
-        return await self.request("POST", "/v1/batches", spec, BatchCreated)
+    async def create_batch(self, spec: BatchCreate, *, key: str | None = None) -> BatchCreated:
+        """Create a batch once: ``key`` (default: a new one) makes every retry, and a later
+        call with the same key, return the batch the first one created."""
+        return await self.request("POST", "/v1/batches", spec, BatchCreated, **once(key))
 
     async def list_batches(self, *, limit: int = 50, offset: int = 0) -> BatchList:
         return await self.request("GET", "/v1/batches", None, BatchList,
@@ -89,9 +104,11 @@ class MasterClient(JsonClient):
     async def register_worker(self, spec: WorkerRegister) -> Worker:
         return await self.request("POST", "/v1/workers", spec, Worker)
 
-    async def worker_heartbeat(self, worker_id: uuid.UUID, busy_slots: int = 0) -> Worker:
+    async def worker_heartbeat(self, worker_id: uuid.UUID, busy_slots: int = 0,
+                               provider: ProviderState | None = None) -> Worker:
         return await self.request("POST", f"/v1/workers/{worker_id}/heartbeat",
-                                  WorkerHeartbeat(busy_slots=busy_slots), Worker)
+                                  WorkerHeartbeat(busy_slots=busy_slots, provider=provider),
+                                  Worker)
 
     async def worker_tokens(self) -> list[WorkerTokenInfo]:
         """The master's worker tokens by fingerprint (admin)."""
@@ -106,7 +123,8 @@ class MasterClient(JsonClient):
     async def lease(self, worker_id: uuid.UUID, kind: JobKind = JobKind.EPISODE, *,
                     capacity: int = 1, wait_s: float = 0.0) -> list[Job]:
         req = LeaseRequest(worker_id=worker_id, kind=kind, capacity=capacity, wait_s=wait_s)
-        return (await self.request("POST", "/v1/jobs/lease", req, LeaseResponse)).jobs
+        return (await self.request("POST", "/v1/jobs/lease", req, LeaseResponse,
+                                   **once())).jobs
 
     async def heartbeat(self, job: Job) -> JobHeartbeatResponse:
         return await self.request("POST", f"/v1/jobs/{job.id}/heartbeat",
@@ -142,11 +160,19 @@ class MasterClient(JsonClient):
                                   JobFail(lease_token=job.lease_token, error=error, retry=retry),
                                   JobState)
 
+    async def release(self, job: Job, reason: str) -> JobState:
+        """Give ``job`` back without counting its attempt: a fault of this worker's
+        infrastructure (its desktop provider), not of the job."""
+        return await self.request("POST", f"/v1/jobs/{job.id}/release",
+                                  JobRelease(lease_token=job.lease_token, reason=reason[:2000]),
+                                  JobState)
+
     async def get_job(self, job_id: uuid.UUID) -> JobState:
         return await self.request("GET", f"/v1/jobs/{job_id}", None, JobState)
 
-    async def create_job(self, spec: JudgeJobCreate | GroupJobCreate) -> JobCreated:
-        return await self.request("POST", "/v1/jobs", spec, JobCreated)
+    async def create_job(self, spec: JudgeJobCreate | GroupJobCreate, *,
+                         key: str | None = None) -> JobCreated:
+        return await self.request("POST", "/v1/jobs", spec, JobCreated, **once(key))
 
     # artifacts
     async def upload_artifact(self, data: bytes, content_type: str = "image/png") -> ArtifactRef:
@@ -163,7 +189,7 @@ class MasterClient(JsonClient):
         return GroupCreated.model_validate_json(resp.content).id
 
     async def lease_groups(self, req: GroupLeaseRequest) -> GroupList:
-        return await self.request("POST", "/v1/groups/lease", req, GroupList)
+        return await self.request("POST", "/v1/groups/lease", req, GroupList, **once())
 
     async def ack_group(self, group_id: uuid.UUID, token: str,
                         status: GroupStatus = GroupStatus.CONSUMED) -> None:

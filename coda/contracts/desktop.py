@@ -8,6 +8,7 @@ the worker records is one of these models. A broken desktop is reported with a t
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -50,6 +51,44 @@ class DesktopBroken(RuntimeError):
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class ProviderFault(StrEnum):
+    """Why a worker's desktop provider cannot make desktops at all: a fault of the
+    infrastructure, never of an episode. The worker gives the job back without counting the
+    attempt, stops leasing episodes, probes the provider with backoff and resumes by itself
+    when it answers."""
+
+    UNREACHABLE = "unreachable"  # vCenter / ESXi, the Docker engine, vmrun: no answer
+    CREDENTIALS_REFUSED = "credentials_refused"  # the login was refused
+    MISSING = "missing"  # the template, its snapshot, the image or a program is not there
+    MISCONFIGURED = "misconfigured"  # an option that cannot work: a ca_file that cannot be
+    # read, an untrusted certificate or thumbprint, an endpoint that is not vSphere
+
+
+class ProviderDown(DesktopBroken):
+    """The provider's infrastructure failed (:class:`ProviderFault`), not the desktop: the
+    worker waits it out instead of spending the episode's attempts. ``reason`` is the typed
+    desktop reason the same failure has always carried (``start_failed``, ``not_answering``);
+    ``detail`` names what is wrong (the host:port, the template, the file)."""
+
+    def __init__(self, fault: ProviderFault, reason: BrokenReason, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.fault = fault
+
+
+class ProviderState(_Model):
+    """A worker's view of its desktop provider, sent with its heartbeats and shown by the
+    status page: ok, or the fault it waits out."""
+
+    ok: bool = True
+    fault: ProviderFault | None = None
+    detail: str = Field(default="", max_length=2000, description="what is wrong, named")
+    since: datetime | None = Field(default=None, description="when the fault was first seen")
+    given_back: int = Field(default=0, ge=0, le=INT32_MAX,
+                            description="jobs given back uncounted during this fault")
+    next_probe_s: float | None = Field(default=None, ge=0, le=86_400,
+                                       description="seconds until the next probe")
 
 
 class Health(_Model):

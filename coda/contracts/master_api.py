@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coda.bounds import MAX_GROUP_SIZE, MAX_SLOTS
 from coda.contracts.coverage import CoverageReport
+from coda.contracts.desktop import ProviderState
 from coda.contracts.jobs import (
     EpisodeResult,
     GroupJobPayload,
@@ -137,6 +138,9 @@ class WorkerHeartbeat(BaseModel):
 
     busy_slots: int = Field(default=0, ge=0, le=MAX_SLOTS,
                             description="slots running a job (capped at the worker's slots)")
+    provider: ProviderState | None = Field(
+        default=None, description="its desktop provider: ok, or the infrastructure fault it "
+        "waits out (None: it has no desktop slots)")
 
 
 class LeaseRequest(BaseModel):
@@ -263,6 +267,11 @@ JobComplete = Annotated[EpisodeJobComplete | JudgeJobComplete | GroupJobComplete
 class JobFail(LeaseToken):
     error: str = Field(min_length=1, max_length=10_000)
     retry: bool = Field(default=True, description="requeue if attempts remain")
+
+
+class JobRelease(LeaseToken):
+    reason: str = Field(min_length=1, max_length=2000,
+                        description="why the worker gives the job back (its provider's fault)")
 
 
 class JobState(BaseModel):

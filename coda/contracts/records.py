@@ -18,6 +18,7 @@ from coda.bounds import (
     Millis,
     Pixels,
 )
+from coda.contracts.desktop import ProviderState
 from coda.contracts.training import LabelRule, Verdict
 
 # Bounds of the columns the master stores these fields in (varchar(n)), so a value that cannot
@@ -231,6 +232,9 @@ class Worker(BaseModel):
     registered_at: datetime
     last_heartbeat: datetime | None = None
     busy_slots: int = Field(default=0, ge=0, description="slots running a job, last reported")
+    provider: ProviderState | None = Field(
+        default=None, description="its desktop provider as last reported: ok, or the "
+        "infrastructure fault it waits out (it leases no episode meanwhile)")
     online: bool | None = Field(
         default=None, description="status reads: its last heartbeat is at most the master's "
         "lease TTL old (False: it stopped, drained or died; a worker that comes back registers "

@@ -17,8 +17,11 @@
 // so no image named busybox is needed.
 //
 // Credentials come from the environment (never the command line): VCSIM_USERNAME and
-// VCSIM_PASSWORD; without them any non-empty user and password log in. The simulator's own
-// log lines (stderr) have guestinfo values redacted.
+// VCSIM_PASSWORD; without them any non-empty user and password log in. With
+// VCSIM_PASSWORD_FILE the password is read from that file instead, at start and again at every
+// SIGHUP: a password changed while the simulator runs, as a vCenter's password rotation (the
+// sessions already open stay; the next login needs the new one). The simulator's own log lines
+// (stderr) have guestinfo values redacted.
 //
 // Once serving it prints one JSON line on stdout, {"url": ..., "cert": ..., "pid": ...}, and
 // writes the same to -ready when given (created whole, by a rename: its presence means ready).
@@ -45,6 +48,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -123,10 +127,32 @@ func main() {
 		log.Fatalf("coda-vcsim: creating the model: %s", err)
 	}
 	u := &url.URL{Host: *listen}
-	if user := os.Getenv("VCSIM_USERNAME"); user != "" {
-		u.User = url.UserPassword(user, os.Getenv("VCSIM_PASSWORD"))
+	user := os.Getenv("VCSIM_USERNAME")
+	password := func() string {
+		file := os.Getenv("VCSIM_PASSWORD_FILE")
+		if file == "" {
+			return os.Getenv("VCSIM_PASSWORD")
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			log.Fatalf("coda-vcsim: VCSIM_PASSWORD_FILE: %s", err)
+		}
+		return strings.TrimRight(string(data), "\r\n")
+	}
+	if user != "" {
+		u.User = url.UserPassword(user, password())
 	}
 	model.Service.Listen = u
+	rotate := make(chan os.Signal, 1)
+	signal.Notify(rotate, syscall.SIGHUP)
+	go func() {
+		for range rotate {
+			if user != "" { // the server's URL, which NewServer made anew from u
+				model.Service.Listen.User = url.UserPassword(user, password())
+				log.Printf("coda-vcsim: password of %s changed", user)
+			}
+		}
+	}()
 	if !*plain {
 		cert, err := selfSigned(*certPath)
 		if err != nil {

@@ -134,6 +134,20 @@ class WorkerRow(Base):
     busy_slots: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     token_fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
     """The fingerprint of the worker token it registered with (``master.tokens``)."""
+    provider: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Its desktop provider as its last heartbeat said (``coda.contracts.desktop.
+    ProviderState``): ok, or the infrastructure fault it waits out."""
+
+
+class IdempotencyKeyRow(Base):
+    """What the first request with an ``Idempotency-Key`` answered (``master.idempotency``)."""
+
+    __tablename__ = "idempotency_keys"
+    scope: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(server_default=_now(), index=True)
 
 
 class WorkerTokenRevocationRow(Base):

@@ -38,3 +38,9 @@ class Keys:
     def reconciled(self) -> str:
         """Exists (with a TTL of one reconcile interval) while the last check is recent."""
         return f"{self.prefix}:reconciled"
+
+    @property
+    def keys_swept(self) -> str:
+        """Exists (with a TTL of one sweep interval) while the last sweep of old idempotency
+        keys is recent."""
+        return f"{self.prefix}:idempotency-swept"

@@ -44,6 +44,14 @@ async def lease(conn: Conn, *, max_groups: int, now: datetime, expires: datetime
     return sorted((_record(r) for r in rows), key=lambda g: g.created_at)
 
 
+async def leased_with(conn: Conn, ids: list[uuid.UUID], token: str) -> list[GroupRecord]:
+    """The ones of ``ids`` still leased with ``token`` (a retried lease gets them again)."""
+    rows = await conn.fetch(
+        "select id, status, body, created_at, lease_token, lease_expires_at from groups "
+        "where id = any($1::uuid[]) and lease_token = $2 and status = 'leased'", ids, token)
+    return sorted((_record(r) for r in rows), key=lambda g: g.created_at)
+
+
 async def ack(conn: Conn, *, group_id: uuid.UUID, token: str, status: GroupStatus) -> None:
     """Consumed or dropped (the request model admits no other status)."""
     got = await conn.fetchval(

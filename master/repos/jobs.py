@@ -60,11 +60,16 @@ async def queued_for_push(conn: asyncpg.Connection,
 
 
 # One statement: claim the popped jobs that are still queued and mirror it on their episodes.
+# Job rows are locked in id order (as a cancel locks them): two statements that lock several
+# jobs never wait for each other in a circle (PostgreSQL would break it by failing one).
 _CLAIM = (
-    "with claimed as ("
+    "with locked as ("
+    " select id from jobs where id = any($1::uuid[]) and status = 'queued'"
+    " order by id for update), "
+    "claimed as ("
     " update jobs set status = 'leased', lease_token = v.token, attempts = jobs.attempts + 1,"
     " worker_id = $3, lease_expires_at = $4, updated_at = now()"
-    " from unnest($1::uuid[], $2::text[]) as v(id, token)"
+    " from unnest($1::uuid[], $2::text[]) as v(id, token) join locked on locked.id = v.id"
     " where jobs.id = v.id and jobs.status = 'queued'"
     " returning jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts,"
     " jobs.lease_token), "
@@ -80,6 +85,16 @@ async def claim(conn: Conn, ids: list[uuid.UUID], tokens: list[str], *,
                 worker_id: uuid.UUID, expires: datetime) -> list[asyncpg.Record]:
     """Lease the ones of ``ids`` that are still queued, each with its token."""
     return list(await conn.fetch(_CLAIM, ids, tokens, worker_id, expires))
+
+
+async def held(conn: Conn, leases: list[tuple[uuid.UUID, str]]) -> list[asyncpg.Record]:
+    """The jobs of ``leases`` (id, token) still leased with their token, as a lease returns
+    them (id, kind, payload, attempts, max_attempts, lease_token, lease_expires_at)."""
+    return list(await conn.fetch(
+        "select j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.lease_token, "
+        "j.lease_expires_at from jobs j join unnest($1::uuid[], $2::text[]) as v(id, token) "
+        "on j.id = v.id and j.lease_token = v.token where j.status = 'leased'",
+        [i for i, _ in leases], [t for _, t in leases]))
 
 
 async def lease_of(conn: Conn, job_id: uuid.UUID) -> asyncpg.Record:
@@ -150,19 +165,45 @@ async def settle(conn: Conn, job_ids: list[uuid.UUID], *, final: bool, error: st
     return status
 
 
+# One statement: a leased job back to queued with its attempt not counted, mirrored on its
+# episode; the steps that attempt reported go (the next lease runs that attempt number again).
+_RELEASE = (
+    "with job as ("
+    " update jobs set status = 'queued', attempts = greatest(jobs.attempts - 1, 0),"
+    " error = $3, lease_token = null, lease_expires_at = null, worker_id = null,"
+    " updated_at = now() where id = $1 and lease_token = $2 and status = 'leased'"
+    " returning id, kind, attempts), "
+    "episode as ("
+    " update episodes set status = 'queued', attempts = job.attempts, error = $3,"
+    " updated_at = now() from job where episodes.job_id = job.id returning episodes.id), "
+    "gone as ("
+    " delete from steps using episode, job where steps.episode_id = episode.id"
+    " and steps.attempt = job.attempts + 1) "
+    "select kind, attempts from job"
+)
+
+
+async def release(conn: Conn, job_id: uuid.UUID, token: str,
+                  reason: str) -> asyncpg.Record | None:
+    """Give a job held with ``token`` back uncounted (kind, attempts); None when not held."""
+    return await conn.fetchrow(_RELEASE, job_id, token, reason)
+
+
 async def for_expiry(conn: Conn, ids: list[uuid.UUID]) -> list[asyncpg.Record]:
     return list(await conn.fetch(
         "select id, status, lease_token, attempts, max_attempts from jobs "
-        "where id = any($1) for update", ids))
+        "where id = any($1) order by id for update", ids))
 
 
 async def cancel_batch(conn: asyncpg.Connection, batch_id: uuid.UUID) -> list[asyncpg.Record]:
     """Cancel the batch's queued and leased jobs and their episodes (call inside the cancel's
     transaction); the cancelled jobs' id and kind."""
     rows = list(await conn.fetch(
+        "with locked as (select id from jobs where batch_id = $1 and status in "
+        "('queued', 'leased') order by id for update) "
         "update jobs set status = 'cancelled', lease_token = null, lease_expires_at = null, "
-        "updated_at = now() where batch_id = $1 and status in ('queued', 'leased') "
-        "returning id, kind", batch_id))
+        "updated_at = now() from locked where jobs.id = locked.id returning jobs.id, jobs.kind",
+        batch_id))
     await conn.execute(
         "update episodes set status = 'cancelled', finished_at = now(), updated_at = now() "
         "where job_id = any($1)", [r["id"] for r in rows])

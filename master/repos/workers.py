@@ -7,20 +7,23 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from coda.contracts.desktop import ProviderState
 from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import JobKind, Worker
 from master.db.pg import Conn
 from master.errors import WorkerNotFound
 
-_COLS = "id, name, host, slots, kinds, registered_at, last_heartbeat, busy_slots"
+_COLS = "id, name, host, slots, kinds, registered_at, last_heartbeat, busy_slots, provider"
 
 
 def _worker(r: asyncpg.Record) -> Worker:
     kinds = r["kinds"]
+    provider = r["provider"]
     return Worker(id=r["id"], name=r["name"], host=r["host"], slots=r["slots"],
                   kinds=[JobKind(k) for k in kinds.get("kinds", [])],
                   apps=kinds.get("apps", []), registered_at=r["registered_at"],
-                  last_heartbeat=r["last_heartbeat"], busy_slots=r["busy_slots"])
+                  last_heartbeat=r["last_heartbeat"], busy_slots=r["busy_slots"],
+                  provider=ProviderState.model_validate(provider) if provider else None)
 
 
 async def register(conn: Conn, spec: WorkerRegister, *, now: datetime,
@@ -33,11 +36,12 @@ async def register(conn: Conn, spec: WorkerRegister, *, now: datetime,
     return _worker(row)
 
 
-async def heartbeat(conn: Conn, worker_id: uuid.UUID, *, busy_slots: int,
-                    now: datetime) -> Worker:
+async def heartbeat(conn: Conn, worker_id: uuid.UUID, *, busy_slots: int, now: datetime,
+                    provider: ProviderState | None = None) -> Worker:
     row = await conn.fetchrow(
-        "update workers set last_heartbeat = $3, busy_slots = least($2, slots) "
-        f"where id = $1 returning {_COLS}", worker_id, busy_slots, now)
+        "update workers set last_heartbeat = $3, busy_slots = least($2, slots), provider = $4 "
+        f"where id = $1 returning {_COLS}", worker_id, busy_slots, now,
+        provider.model_dump(mode="json") if provider is not None else None)
     if row is None:
         raise WorkerNotFound(str(worker_id))
     return _worker(row)

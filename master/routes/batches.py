@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
+from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from pydantic import ValidationError
 
 from coda.contracts.master_api import (
@@ -22,9 +22,10 @@ from coda.contracts.master_api import (
 from coda.contracts.records import MAX_OFFSET, NAME_MAX, Batch
 from coda.service import error_responses
 from coda.tasks import TaskLoadError, TaskSpec, parse_task
-from master import batches
+from master import batches, idempotency
 from master import status as status_data
 from master.auth import Admin, Reader
+from master.idempotency import IdempotencyKey
 from master.repos import batches as batch_rows
 from master.state import State
 from master.taskfile import check_text, read_task_file
@@ -58,24 +59,35 @@ def parse_tasks(docs: list[dict[str, Any]], filename: str | None = None) -> list
     return tasks
 
 
+def _created(made: batches.Created, response: Response) -> BatchCreated:
+    if made.replayed:
+        idempotency.replayed(response)
+    return BatchCreated(batch=made.batch, episode_ids=made.episode_ids)
+
+
 @router.post("", status_code=201)
-async def create_batch(body: BatchCreate, core: State, _: Admin) -> BatchCreated:
-    """Create a batch: every task runs ``rollouts`` times."""
+async def create_batch(body: BatchCreate, core: State, _: Admin, response: Response,
+                       key: IdempotencyKey = None) -> BatchCreated:
+    """Create a batch: every task runs ``rollouts`` times. A retry with the same
+    ``Idempotency-Key`` gets the batch the first request created, never a second one."""
     tasks = await asyncio.to_thread(parse_tasks, body.tasks)
-    batch, episodes = await batches.create(core.pg, core.queue, body, tasks)
-    return BatchCreated(batch=batch, episode_ids=episodes)
+    made = await batches.create(core.pg, core.queue, body, tasks, key=key,
+                                digest=idempotency.digest(body.model_dump(mode="json")))
+    return _created(made, response)
 
 
 @router.post("/upload", status_code=201)
 async def upload_batch(
-    core: State, _: Admin,
+    core: State, _: Admin, response: Response,
     file: Annotated[UploadFile, File(description="a task JSON file or a JSONL file of tasks")],
     rollouts: Annotated[int, Form(ge=1, le=MAX_ROLLOUTS)] = 1,
     priority: Annotated[int, Form(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0,
     max_attempts: Annotated[int, Form(ge=1, le=MAX_ATTEMPTS)] = 3,
     name: Annotated[str | None, Form(max_length=NAME_MAX)] = None,
+    key: IdempotencyKey = None,
 ) -> BatchCreated:
-    """Create a batch from an uploaded task file (JSON object, JSON list or JSONL)."""
+    """Create a batch from an uploaded task file (JSON object, JSON list or JSONL); the
+    ``Idempotency-Key`` as for ``POST /v1/batches``."""
     filename = check_text(("body", "file", "filename"), file.filename or None)
     check_text(("body", "name"), name)
     raw = await file.read()
@@ -88,8 +100,10 @@ async def upload_batch(
         raise _unprocessable([{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
                               for e in exc.errors(include_input=False)]) from exc
     tasks = await asyncio.to_thread(parse_tasks, docs, filename)
-    batch, episodes = await batches.create(core.pg, core.queue, spec, tasks)
-    return BatchCreated(batch=batch, episode_ids=episodes)
+    made = await batches.create(core.pg, core.queue, spec, tasks, key=key,
+                                digest=idempotency.digest(raw, filename, spec.model_dump(
+                                    mode="json", exclude={"tasks"})))
+    return _created(made, response)
 
 
 @router.get("")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from coda.contracts.master_api import (
     GroupAck,
@@ -14,7 +14,9 @@ from coda.contracts.master_api import (
     GroupList,
 )
 from coda.service import error_responses
+from master import idempotency
 from master.auth import Reader, WorkerAuth
+from master.idempotency import IdempotencyKey
 from master.repos import groups
 from master.state import State
 
@@ -30,12 +32,28 @@ async def create_group(body: GroupCreate, core: State, _: WorkerAuth) -> GroupCr
 
 
 @router.post("/lease")
-async def lease_groups(body: GroupLeaseRequest, core: State, _: WorkerAuth) -> GroupList:
-    """Lease the oldest ready groups, optionally only from some planner versions."""
+async def lease_groups(body: GroupLeaseRequest, core: State, _: WorkerAuth, response: Response,
+                       key: IdempotencyKey = None) -> GroupList:
+    """Lease the oldest ready groups, optionally only from some planner versions. A retry
+    with the same ``Idempotency-Key`` gets the groups the first request leased (those still
+    leased with its token), not a second lease."""
     now = core.clock.now()
-    return GroupList(items=await groups.lease(
-        core.pg, max_groups=body.max_groups, now=now, expires=core.clock.after(body.ttl_s),
-        versions=body.planner_versions))
+    async with core.pg.acquire() as conn, conn.transaction():
+        if key is not None:
+            earlier = await idempotency.reserve(conn, "groups.lease", key,
+                                                idempotency.digest(body.model_dump(mode="json")))
+            if earlier is not None:
+                idempotency.replayed(response)
+                return GroupList(items=await groups.leased_with(
+                    conn, [uuid.UUID(i) for i in earlier["ids"]], earlier["token"]))
+        items = await groups.lease(conn, max_groups=body.max_groups, now=now,
+                                   expires=core.clock.after(body.ttl_s),
+                                   versions=body.planner_versions)
+        if key is not None:
+            await idempotency.answer(conn, "groups.lease", key, {
+                "ids": [str(g.id) for g in items],
+                "token": items[0].lease_token if items else ""})
+    return GroupList(items=items)
 
 
 @router.post("/{group_id}/ack", status_code=204, responses=error_responses(409))

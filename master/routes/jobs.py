@@ -7,14 +7,16 @@ import contextlib
 import time
 import uuid
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 
+from coda.contracts.jobs import Job
 from coda.contracts.master_api import (
     JobComplete,
     JobCreate,
     JobCreated,
     JobFail,
     JobHeartbeatResponse,
+    JobRelease,
     JobState,
     LeaseBeat,
     LeaseHeartbeats,
@@ -28,8 +30,9 @@ from coda.contracts.master_api import (
     StepReportsResponse,
 )
 from coda.service import error_responses
-from master import jobs, tokens
+from master import idempotency, jobs, tokens
 from master.auth import Admin, Reader, WorkerAuth
+from master.idempotency import IdempotencyKey
 from master.repos import jobs as job_rows
 from master.repos import workers
 from master.repos.jobs import NewJob
@@ -55,23 +58,46 @@ async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
 
 
 @router.post("", status_code=201)
-async def create_job(body: JobCreate, core: State, _: Admin) -> JobCreated:
+async def create_job(body: JobCreate, core: State, _: Admin, response: Response,
+                     key: IdempotencyKey = None) -> JobCreated:
     """Enqueue a judge or group job, its payload typed by its kind (episode jobs are created
-    by batches: ``/v1/batches``)."""
+    by batches: ``/v1/batches``). A retry with the same ``Idempotency-Key`` gets the job the
+    first request created."""
     job = NewJob(id=uuid.uuid4(), kind=body.kind, payload=body.payload.model_dump(mode="json"),
                  priority=body.priority, max_attempts=body.max_attempts)
-    await jobs.enqueue(core.pg, core.queue, [job])
+    earlier = await jobs.enqueue(core.pg, core.queue, [job], key=key,
+                                 digest=idempotency.digest(body.model_dump(mode="json")))
+    if earlier is not None:
+        idempotency.replayed(response)
+        return JobCreated.model_validate(earlier)
     return JobCreated(id=job.id, kind=job.kind)
 
 
 @router.post("/lease", responses=error_responses(404))
-async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
-                     request: Request) -> LeaseResponse:
+async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth, request: Request,
+                     response: Response, key: IdempotencyKey = None) -> LeaseResponse:
     """Lease up to ``capacity`` jobs of one kind, waiting up to ``wait_s`` when none is ready
-    (a master that is stopping answers at once, with no job)."""
+    (a master that is stopping answers at once, with no job). A retry with the same
+    ``Idempotency-Key`` gets the jobs the first request leased (those it still holds) instead
+    of leasing more: an answer lost on the way costs no attempt."""
     if not await _registered(core, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
+    digest = idempotency.digest(body.model_dump(mode="json"))
+    if key is not None:
+        earlier = await idempotency.earlier(core.pg, "jobs.lease", key, digest)
+        if earlier is not None:
+            idempotency.replayed(response)
+            return LeaseResponse(jobs=await jobs.leased_again(
+                core.pg, [(uuid.UUID(i), t) for i, t in earlier["leases"]]))
+    got = await _lease(body, core, request)
+    if key is not None and got:
+        await idempotency.keep(core.pg, "jobs.lease", key, digest,
+                               {"leases": [[str(j.id), j.lease_token] for j in got]})
+    return LeaseResponse(jobs=got)
+
+
+async def _lease(body: LeaseRequest, core: AppState, request: Request) -> list[Job]:
     s = core.settings
     deadline = time.monotonic() + body.wait_s  # how long this request waits: real time
     waiting = False
@@ -97,7 +123,7 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth,
                                       request.headers.get("authorization"), got)
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
-    return LeaseResponse(jobs=got)
+    return got
 
 
 @router.post("/heartbeat")
@@ -181,6 +207,18 @@ async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth)
     if core.metrics:
         core.metrics.jobs_finished.labels(state.kind.value, "failed").inc()
     return state
+
+
+@router.post("/{job_id}/release", responses=error_responses(404, 409))
+async def release_job(job_id: uuid.UUID, body: JobRelease, core: State,
+                      _: WorkerAuth) -> JobState:
+    """Give the job back without counting the attempt: for a fault of the worker's
+    infrastructure, not of the job (its desktop provider unreachable, its credentials refused,
+    its template or image missing). The job is queued again for any worker; the steps this
+    attempt reported are dropped; 409 when the lease is lost."""
+    await jobs.release(core.pg, core.queue, job_id=job_id, token=body.lease_token,
+                       reason=body.reason)
+    return await get_job(job_id, core, _)
 
 
 @router.get("/{job_id}", responses=error_responses(404))

@@ -31,9 +31,10 @@ async def register_worker(body: WorkerRegister, request: Request, core: State,
 @router.post("/{worker_id}/heartbeat", responses=error_responses(404))
 async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
                            _: WorkerAuth) -> Worker:
-    """Mark the worker alive and record how many of its slots are busy."""
+    """Mark the worker alive and record how many of its slots are busy and how its desktop
+    provider is (ok, or the infrastructure fault it waits out)."""
     return await workers.heartbeat(core.pg, worker_id, busy_slots=body.busy_slots,
-                                   now=core.clock.now())
+                                   now=core.clock.now(), provider=body.provider)
 
 
 @router.get("")

@@ -46,6 +46,22 @@ def test_submit_and_status(master, tmp_path):
     assert "Batches" in table.stdout and "TeXstudio" in table.stdout
 
 
+def test_a_submission_sent_again_with_its_key_is_one_batch_and_status_shows_workers(
+        master, tmp_path):
+    task = ROOT / "examples" / "scienceboard" / "VM" / "KAlgebra" / "C-01.json"
+    sent = [run("submit", str(task), "--url", master.url, "--token", master.admin_token,
+                "--home", str(tmp_path), "--idempotency-key", "resubmit-1") for _ in range(2)]
+    assert [s.returncode for s in sent] == [0, 0], [s.stderr for s in sent]
+    assert json.loads(sent[0].stdout) == json.loads(sent[1].stdout)
+    auth = {"authorization": f"Bearer {master.worker_token}"}
+    wid = httpx.post(f"{master.url}/v1/workers", json={"name": "vm-1", "slots": 2},
+                     headers=auth).json()["id"]
+    httpx.post(f"{master.url}/v1/workers/{wid}/heartbeat", headers=auth, json={
+        "provider": {"ok": False, "fault": "unreachable", "detail": "vSphere vc:443: refused"}})
+    table = run("status", "--url", master.url, "--home", str(tmp_path)).stdout
+    assert "Workers" in table and "vm-1" in table and "waiting: unreachable" in table
+
+
 def test_submit_reports_bad_files_and_refusals(master, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"type": "KAlgebra", "sort": "VM", "steps": 3}')

@@ -9,7 +9,8 @@ planner version. Then ``down -v`` of both projects leaves nothing of them behind
 network or volume of the projects and no desktop container of the worker.
 
 Needs the engine (scripts/docker-engine.sh start) and builds the missing images
-(scripts/docker-build.sh; CODA_E2E_REBUILD=1 rebuilds them all, e.g. after a code change).
+(scripts/docker-build.sh; CODA_E2E_REBUILD=1 rebuilds them all, e.g. after a code change), at
+the tag ``CODA_IMAGE_TAG`` (``latest`` when unset) that the projects then run.
 Fails, not skips, under CI=true when the engine is missing.
 """
 
@@ -32,6 +33,7 @@ import pytest
 from coda.logging import get_logger
 from coda.procs import free_port
 from tests.fixtures.waiting import wait_for
+from worker.providers.docker_base import project_image
 
 log = get_logger("tests.compose_e2e")
 REPORT = os.environ.get("CODA_COMPOSE_E2E_REPORT")
@@ -46,6 +48,12 @@ C02 = json.loads((ROOT / "examples" / "scienceboard" / "VM" / "TeXstudio" / "C-0
                  .read_text())
 IMAGES = ("postgres", "redis", "master", "models", "worker", "desktop")
 ROLLOUTS = 2
+
+
+def images(*names: str) -> dict[str, str]:
+    """The compose files' image variables (``CODA_<NAME>_IMAGE``) for the project's images at
+    the tag in use (``CODA_IMAGE_TAG``: a checkout sharing the engine runs its own)."""
+    return {f"CODA_{name.upper()}_IMAGE": project_image(name) for name in names}
 
 
 def _missing(reason: str) -> None:
@@ -81,8 +89,8 @@ def engine() -> list[str]:
         _missing("no Docker engine answers (bash scripts/docker-engine.sh start)")
     rebuild = bool(os.environ.get("CODA_E2E_REBUILD"))
     missing = [name for name in IMAGES
-               if rebuild or subprocess.run(["docker", "image", "inspect", f"coda-{name}:latest"],
-                                 capture_output=True, check=False).returncode != 0]
+               if rebuild or subprocess.run(["docker", "image", "inspect", project_image(name)],
+                                            capture_output=True, check=False).returncode != 0]
     if missing:
         subprocess.run(["bash", str(ROOT / "scripts" / "docker-build.sh"), *missing],
                        cwd=ROOT, check=True)
@@ -176,7 +184,7 @@ def stack(engine: list[str], tmp_path: Path) -> Iterator[Stack]:
         "POSTGRES_PASSWORD": tok["pg"], "CODA_ADMIN_TOKEN": tok["admin"],
         "CODA_WORKER_TOKENS": tok["worker"], "CODA_MODEL_INFERENCE_TOKENS": tok["infer"],
         "CODA_MODEL_ADMIN_TOKEN": tok["madmin"],
-        "CODA_POSTGRES_IMAGE": "coda-postgres:latest", "CODA_REDIS_IMAGE": "coda-redis:latest",
+        **images("postgres", "redis", "master", "models"),
         "CODA_PUBLISH_ADDRESS": "127.0.0.1", "CODA_MASTER_PORT": str(ports["master"]),
         "CODA_PLANNER_PUBLISH": str(ports["planner"]),
         "CODA_EXECUTOR_PUBLISH": str(ports["executor"]),
@@ -190,11 +198,12 @@ def stack(engine: list[str], tmp_path: Path) -> Iterator[Stack]:
         "CODA_WORKER_NAME": f"{name}-worker", "CODA_WORKER_SLOTS": str(ROLLOUTS),
         "CODA_WORKER_JOB_SLOTS": "1", "CODA_WORKER_PROVIDER": "docker",
         "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(
-            {"image": "coda-desktop:latest", "name_prefix": desktop_prefix}),
+            {"image": project_image("desktop"), "name_prefix": desktop_prefix}),
         "CODA_WORKER_PLANNER_URL": f"{loopback}:{ports['planner']}",
         "CODA_WORKER_EXECUTOR_URL": f"{loopback}:{ports['executor']}",
         "CODA_WORKER_JUDGE_URL": f"{loopback}:{ports['judge']}",
         "CODA_WORKER_MODEL_TOKEN": tok["infer"], "CODA_WORKER_DRAIN_GRACE_S": "20",
+        **images("worker"),
         "CODA_VM_DIR": str(tmp_path / "vms"),
     }
     (tmp_path / "vms").mkdir()

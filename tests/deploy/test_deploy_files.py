@@ -377,13 +377,22 @@ def test_executor_and_judge_scripts(tmp_path: Path, script: str, model: str, tp:
 def test_dockerfiles_install_the_right_extras() -> None:
     docker = DEPLOY / "docker"
     master = (docker / "Dockerfile.master").read_text()
-    assert '".[master]"' in master
+    assert "RUN python requirements.py master > " in master
     assert "pip install --index-url" not in master
     models = (docker / "Dockerfile.models").read_text()
-    assert '".[models,trainer]"' in models
-    assert '".[worker]"' in (docker / "Dockerfile.worker").read_text()
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+    assert "RUN python requirements.py models trainer > " in models
+    assert "RUN python requirements.py worker > " in (docker / "Dockerfile.worker").read_text()
+    for text in (master, models):  # the dependencies' layer comes before the code's
+        assert text.index("requirements.py") < text.index("COPY coda ./coda")
+        assert "--no-deps ." in text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    listed = subprocess.run([sys.executable, str(docker / "requirements.py"), "--pyproject",
+                             str(ROOT / "pyproject.toml"), "worker"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    assert not any(r.startswith("coda[") for r in listed)  # its own extras resolved
+    assert {*project["dependencies"], *project["optional-dependencies"]["guest"]} <= set(listed)
+    assert any(r.startswith("docker==") for r in listed)
+    extras = project["optional-dependencies"]
     assert not any(d.startswith("torch") for d in extras["master"] + extras["worker"])
     (pin,) = [d for d in extras["models"] if d.startswith("torch==")]
     pinned = re.search(r"ARG TORCH_VERSION=(\S+)", models)

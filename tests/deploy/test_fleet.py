@@ -45,11 +45,13 @@ from tests.deploy.test_compose_e2e import (
     Project,
     docker,
     engine,  # noqa: F401 - the module fixture this module shares
+    images,
     server_project,
     vm_project,
     wait,
     write_env,
 )
+from worker.providers.docker_base import project_image
 
 log = get_logger("tests.fleet")
 REPORT = os.environ.get("CODA_FLEET_REPORT")
@@ -232,9 +234,9 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
         # one worker token per VM server
         "CODA_WORKER_TOKENS": ",".join(tok[f"w{i}"] for i in range(SERVERS)),
         "CODA_MODEL_INFERENCE_TOKENS": tok["infer"], "CODA_MODEL_ADMIN_TOKEN": tok["madmin"],
-        "CODA_POSTGRES_IMAGE": "coda-postgres:latest", "CODA_REDIS_IMAGE": "coda-redis:latest",
+        **images("postgres", "redis", "models"),
         # another tag of the master built from this tree, on an engine shared with other work
-        "CODA_MASTER_IMAGE": os.environ.get("CODA_FLEET_MASTER_IMAGE", "coda-master:latest"),
+        "CODA_MASTER_IMAGE": os.environ.get("CODA_FLEET_MASTER_IMAGE", project_image("master")),
         "CODA_PUBLISH_ADDRESS": "127.0.0.1", "CODA_MASTER_PORT": str(ports["master"]),
         "CODA_PLANNER_PUBLISH": str(ports["planner"]),
         "CODA_EXECUTOR_PUBLISH": str(ports["executor"]),
@@ -253,7 +255,7 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
             "CODA_WORKER_NAME": f"{prefix}-vm{i}", "CODA_WORKER_SLOTS": "1",
             "CODA_WORKER_JOB_SLOTS": "1", "CODA_WORKER_PROVIDER": "docker",
             "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(
-                {"image": "coda-desktop:latest", "name_prefix": desktop_prefix}),
+                {"image": project_image("desktop"), "name_prefix": desktop_prefix}),
             "CODA_WORKER_PLANNER_URL": f"{loopback}:{ports['planner']}",
             "CODA_WORKER_EXECUTOR_URL": f"{loopback}:{ports['executor']}",
             "CODA_WORKER_JUDGE_URL": f"{loopback}:{ports['judge']}",
@@ -261,6 +263,7 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
             "CODA_WORKER_DRAIN_GRACE_S": str(UPGRADE_GRACE_S if i == 2 else DRAIN_GRACE_S),
             "CODA_WORKER_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
             "CODA_VM_DIR": str(tmp / f"vms{i}"),
+            **images("worker"),
         }
         (tmp / f"vms{i}").mkdir()
         project = vm_project(f"{prefix}vm{i}", values, tmp / f"vm{i}.env", engine)
@@ -369,7 +372,7 @@ def test_2_failover_a_killed_vm_server(fleet: Fleet) -> None:
 
 def test_3_rolling_upgrade_of_a_vm_server(fleet: Fleet) -> None:
     target = fleet.vms[2]
-    docker("tag", "coda-worker:latest", UPGRADE_TAG)
+    docker("tag", project_image("worker"), UPGRADE_TAG)
     before = fleet.online(target.worker)
     assert len(before) == 1, before
     batch = fleet.submit("fleet-upgrade", LONG)

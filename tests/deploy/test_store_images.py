@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.waiting import wait_for
+from worker.providers.docker_base import project_image
 
 pytestmark = pytest.mark.docker
 
@@ -43,7 +44,7 @@ def images() -> None:
     if shutil.which("docker") is None or docker("info", check=False).returncode != 0:
         _missing("no Docker engine answers (bash scripts/docker-engine.sh start)")
     missing = [name for name in ("postgres", "redis")
-               if docker("image", "inspect", f"coda-{name}:latest", check=False).returncode]
+               if docker("image", "inspect", project_image(name), check=False).returncode]
     if missing:
         subprocess.run(["bash", str(ROOT / "scripts" / "docker-build.sh"), *missing],
                        cwd=ROOT, check=True)
@@ -77,7 +78,7 @@ def test_postgres_image_initialises_authenticates_and_keeps_its_data(
     names.append(name)
     docker("run", "-d", "--name", name, "--network", "none", "-v",
            f"{name}:/var/lib/postgresql/data", "-e", "POSTGRES_USER=coda", "-e",
-           "POSTGRES_DB=codadb", "-e", f"POSTGRES_PASSWORD={password}", "coda-postgres:latest")
+           "POSTGRES_DB=codadb", "-e", f"POSTGRES_PASSWORD={password}", project_image("postgres"))
     wait_healthy(name)
 
     def psql(sql: str, pw: str = password) -> subprocess.CompletedProcess[str]:
@@ -100,7 +101,7 @@ def test_postgres_image_refuses_to_start_without_a_password(images: None,
     name = f"coda-pgtest-{secrets.token_hex(3)}"
     names.append(name)
     proc = docker("run", "--name", name, "--network", "none", "-v",
-                  f"{name}:/var/lib/postgresql/data", "coda-postgres:latest", check=False)
+                  f"{name}:/var/lib/postgresql/data", project_image("postgres"), check=False)
     assert proc.returncode != 0 and "set POSTGRES_PASSWORD" in proc.stderr
 
 
@@ -108,7 +109,7 @@ def test_redis_image_answers_without_protected_mode(images: None, names: list[st
     name = f"coda-redistest-{secrets.token_hex(3)}"
     names.append(name)
     docker("run", "-d", "--name", name, "--network", "none", "-v", f"{name}:/data",
-           "coda-redis:latest", "redis-server", "--appendonly", "yes")
+           project_image("redis"), "redis-server", "--appendonly", "yes")
     wait_healthy(name)
     out = docker("exec", name, "redis-cli", "CONFIG", "GET", "protected-mode").stdout.split()
     assert out == ["protected-mode", "no"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from worker.providers.docker import DockerDesktop, DockerProvider
+from worker.providers.docker_base import project_image
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
 from worker.providers.factory import ProviderConfigError, make_provider
 
@@ -39,9 +40,29 @@ def test_without_qcow2_the_slots_are_desktop_containers() -> None:
     p.settings.client = lambda: client
     d = p.desktop(0)
     assert isinstance(d, ContainerDesktop) and d.name == "w1-0"
-    assert p.settings.image_name == "coda-desktop:latest"
+    assert p.settings.image_name == project_image("desktop")  # coda-desktop:$CODA_IMAGE_TAG
     assert tuple(p.settings.screen) == (1024, 768) and d.revert_restarts_guest
     assert client.containers.filters == [{"label": f"{PREFIX_LABEL}=w1"}]  # stale ones looked up
+    p.close()
+
+
+def test_the_default_image_follows_the_tag_docker_build_gives(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CODA_IMAGE_TAG", raising=False)
+    assert project_image("desktop") == "coda-desktop:latest"
+    monkeypatch.setenv("CODA_IMAGE_TAG", "mine")
+    p = make_provider("docker", {})
+    assert isinstance(p, DockerProvider) and p.settings.image_name == "coda-desktop:mine"
+
+
+def test_desktop_names_are_the_workers_own_by_default() -> None:
+    client = _Client()
+    p = make_provider("docker", {}, owner="vm server/2")
+    assert isinstance(p, DockerProvider)
+    p.settings.client = lambda: client
+    d = p.desktop(1)
+    assert isinstance(d, ContainerDesktop) and d.name == "coda-desktop-vm-server-2-1"
+    assert d.labels["coda.desktop.owner"] == "vm server/2"
     p.close()
 
 

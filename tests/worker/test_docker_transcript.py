@@ -44,6 +44,7 @@ def test_docker_lifecycle_matches_the_transcript(tmp_path: Path, desktop: LocalD
     try:
         provider = DockerProvider(DockerSettings(
             qcow2=qcow2, guest_token=SecretStr(desktop.token), ready_timeout_s=30,
+            name_prefix="coda-desktop", owner="recorded-worker",
             client=lambda: docker.DockerClient(base_url=engine.url)))
         d = provider.desktop(0)
         assert isinstance(d, DockerDesktop)

@@ -77,6 +77,10 @@ def _assert_c02_solved(ep: dict[str, Any], attempt: int) -> None:
     assert all(s["outcome"] == "ok" and s["screenshot"] for s in steps)
 
 
+# for the other episode tests (tests/worker/test_*faults*.py)
+wait_episode, wait_steps, assert_c02_solved = _wait_episode, _wait_steps, _assert_c02_solved
+
+
 # ---------------------------------------------------------------------------- tiny models
 
 

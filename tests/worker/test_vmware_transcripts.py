@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic import SecretStr
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken
+from coda.contracts.desktop import BrokenReason, DesktopBroken, ProviderDown, ProviderFault
 from worker.providers.local import LocalDesktop
 from worker.providers.vmware import VmwareDesktop, VmwareProvider, VmwareSettings
 
@@ -97,11 +98,29 @@ def test_lifecycle_matches_the_transcript(vmware: Any) -> None:
 def test_a_template_without_the_snapshot_is_a_typed_start_failure(vmware: Any) -> None:
     transcript = vmware.use("vmrun_no_snapshot.json")
     provider = VmwareProvider(vmware.settings)
-    with pytest.raises(DesktopBroken) as err:
+    with pytest.raises(ProviderDown) as err:  # the infrastructure's: no episode is charged
         provider.desktop(0).reset()
     assert err.value.reason is BrokenReason.START_FAILED and "sci_bench" in err.value.detail
+    assert err.value.fault is ProviderFault.MISSING
     provider.close()
     _assert_replayed(vmware, transcript)
+
+
+def test_a_probe_names_what_is_missing(vmware: Any, tmp_path: Path) -> None:
+    transcript = vmware.use("vmrun_probe_no_snapshot.json")
+    with pytest.raises(ProviderDown) as err:
+        VmwareProvider(vmware.settings).probe()
+    assert err.value.fault is ProviderFault.MISSING
+    assert err.value.detail == f"{vmware.settings.template_vmx} has no snapshot 'sci_bench'"
+    _assert_replayed(vmware, transcript)
+    gone = replace(vmware.settings, template_vmx=tmp_path / "gone" / "Ubuntu.vmx")
+    with pytest.raises(ProviderDown) as err:
+        VmwareProvider(gone).probe()  # vmrun answered; the template is not there
+    assert err.value.detail.startswith("provider_options.template_vmx: ")
+    no_vmrun = replace(vmware.settings, vmrun=str(tmp_path / "no-vmrun"))
+    with pytest.raises(ProviderDown) as err:
+        VmwareProvider(no_vmrun).probe()
+    assert err.value.fault is ProviderFault.MISSING and "no-vmrun not found" in err.value.detail
 
 
 def test_no_vmware_tools_is_a_typed_no_guest_ip(vmware: Any) -> None:

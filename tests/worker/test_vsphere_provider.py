@@ -9,71 +9,26 @@ nothing of them is left behind (VMs, containers, volumes)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
 from coda_app.vcsim import Vcsim, create_vm, desktop_run, idle_run
-from tests.fixtures.vcsim import leftovers, vm_prefix
+from tests.fixtures.vcsim import leftovers, template_vm, vm_names_of, vsphere_provider
 from tests.fixtures.waiting import wait_for
+from worker.providers.base import ProviderConflict
 from worker.providers.conformance import check_desktop
 from worker.providers.factory import make_provider
 from worker.providers.vsphere import (
     VsphereDesktop,
     VsphereProvider,
     find_vm,
-    list_vms,
     task_result,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-
-@pytest.fixture
-def prefix(si: Any) -> Iterator[str]:
-    """A name prefix for this test's VMs; afterwards none of them, nor their containers and
-    volumes, may be left (what the test made itself is removed here)."""
-    name = vm_prefix()
-    yield name
-    mine = [(vm, n) for vm, n in list_vms(si) if n.startswith(name)]
-    for vm, _ in mine:  # the test's own templates and VMs (the provider's must be gone already)
-        if vm.config.template:
-            vm.MarkAsVirtualMachine(pool=vm.runtime.host.parent.resourcePool)
-        if str(vm.runtime.powerState) == "poweredOn":
-            task_result(si, vm.PowerOffVM_Task(), 60, "power off")
-        task_result(si, vm.Destroy_Task(), 60, "destroy")
-    assert leftovers(name) == {"containers": [], "volumes": []}
-
-
-def _provider(sim: Vcsim, **options: Any) -> VsphereProvider:
-    p = make_provider("vsphere", sim.options(**{"ready_timeout_s": 120, "ip_timeout_s": 60,
-                                                **options}))
-    assert isinstance(p, VsphereProvider)
-    return p
-
-
-def _template(si: Any, prefix: str, run: list[str]) -> str:
-    name = f"{prefix}-template"
-    create_vm(si, name, run, snapshot="sci_bench", template=True)
-    return name
-
-
-@pytest.fixture
-def clones(vcsim: Vcsim, si: Any, prefix: str, desktop_vm_image: str,
-           ) -> Callable[..., VsphereProvider]:
-    """``clones(**options)``: a clone-mode provider of a template of the desktop image."""
-    def make(**options: Any) -> VsphereProvider:
-        template = _template(si, prefix, desktop_run(desktop_vm_image, network=vcsim.network))
-        return _provider(vcsim, mode="clone", template=template,
-                         clone_prefix=f"{prefix}-clone", **options)
-
-    return make
-
-
-def _vm_names(si: Any, prefix: str) -> list[str]:
-    return sorted(n for _, n in list_vms(si) if n.startswith(prefix))
 
 
 def _container(d: VsphereDesktop) -> str:
@@ -113,7 +68,7 @@ def test_clone_mode_passes_the_provider_contract_and_resets_to_a_fresh_vm(
     with clones() as provider:
         d = provider.desktop(0)
         check_desktop(d)  # reset, observe, act, reset again, close twice, closed refuses
-        assert _vm_names(si, prefix) == [f"{prefix}-template"]  # close destroyed the clone
+        assert vm_names_of(si, prefix) == [f"{prefix}-template"]  # close destroyed the clone
         d.reset()
         first = d.vm._moId
         _dirty(d)
@@ -123,7 +78,7 @@ def test_clone_mode_passes_the_provider_contract_and_resets_to_a_fresh_vm(
         assert d.guest is not None and d.guest.kind.value == "coda"
         assert d.layout.app_url.startswith("http://172.") or d.layout.app_url.startswith("http")
         assert ("/app/bin/kalgebra", "kalgebra") in d.layout.rewrites  # the desktop image's apps
-    assert _vm_names(si, prefix) == [f"{prefix}-template"]
+    assert vm_names_of(si, prefix) == [f"{prefix}-template"]
 
 
 def test_revert_mode_passes_the_provider_contract_and_reverts_clean(
@@ -131,7 +86,7 @@ def test_revert_mode_passes_the_provider_contract_and_reverts_clean(
     name = f"{prefix}-vm-0"
     create_vm(si, name, desktop_run(desktop_vm_image, network=vcsim.network),
               snapshot="sci_bench")
-    with _provider(vcsim, mode="revert", vm_names=[name]) as provider:
+    with vsphere_provider(vcsim, mode="revert", vm_names=[name]) as provider:
         d = provider.desktop(0)
         check_desktop(d)
         d.reset()
@@ -154,7 +109,7 @@ def test_without_a_guestinfo_token_a_running_vm_is_not_power_cycled(
     baked = ["--env", f"CODA_GUEST_TOKEN={token}"]
     create_vm(si, name, desktop_run(desktop_vm_image, network=vcsim.network, options=baked),
               snapshot="sci_bench")
-    with _provider(vcsim, mode="revert", vm_names=[name], guestinfo_token=False,
+    with vsphere_provider(vcsim, mode="revert", vm_names=[name], guestinfo_token=False,
                    guest_token=token) as provider:
         d = provider.desktop(0)
         d.reset()  # powered off: powered on
@@ -257,26 +212,39 @@ def test_an_agent_gone_is_reported_and_the_slot_replaced(
 
 def test_no_address_in_time_is_no_guest_ip(vcsim: Vcsim, si: Any, prefix: str,
                                            desktop_vm_image: str) -> None:
-    template = _template(si, prefix, desktop_run(desktop_vm_image,
+    template = template_vm(si, prefix, desktop_run(desktop_vm_image,
                                                  options=["--network", "none"]))
-    with _provider(vcsim, mode="clone", template=template, clone_prefix=f"{prefix}-clone",
+    with vsphere_provider(vcsim, mode="clone", template=template, clone_prefix=f"{prefix}-clone",
                    ip_timeout_s=2) as provider:
         with pytest.raises(DesktopBroken) as err:
             provider.desktop(0).reset()
         assert err.value.reason is BrokenReason.NO_GUEST_IP
 
 
-def test_stale_clones_are_removed_at_start(vcsim: Vcsim, si: Any, prefix: str,
-                                           clones: Callable[..., VsphereProvider]) -> None:
+def test_only_this_workers_stale_clones_are_removed_at_start(
+        vcsim: Vcsim, si: Any, prefix: str, clones: Callable[..., VsphereProvider]) -> None:
+    """What an earlier run of this worker left (clones marked with its name) goes at start;
+    VMs of the prefix without its mark (by hand, another worker's) are never touched: the
+    provider refuses to go on, naming them."""
     clone = f"{prefix}-clone"
-    on = create_vm(si, f"{clone}-3", idle_run(network=vcsim.network))
-    task_result(si, on.PowerOnVM_Task(), 60, "power on")
-    create_vm(si, f"{clone}-0", None)
+    crashed = clones(owner="worker-a")
+    crashed.desktop(0).reset()
+    left = crashed.desktop(0).vm._moId
+    crashed._desktops.clear()  # the worker died: its clone was never destroyed
+    crashed.close()
     create_vm(si, f"{clone}-keep", None)  # not a slot's name: not the provider's
-    with clones() as provider:
-        provider.connection()
-        assert _vm_names(si, prefix) == [f"{clone}-keep", f"{prefix}-template"]
-    assert leftovers(f"{clone}-3") == {"containers": [], "volumes": []}
+    with clones(owner="worker-a") as provider:
+        provider.probe()
+        assert vm_names_of(si, prefix) == [f"{clone}-keep", f"{prefix}-template"]
+        assert find_vm(si, f"{clone}-0") is None and left
+    assert leftovers(f"{clone}-0") == {"containers": [], "volumes": []}
+    on = create_vm(si, f"{clone}-3", idle_run(network=vcsim.network))  # made by hand
+    task_result(si, on.PowerOnVM_Task(), 60, "power on")
+    with clones(owner="worker-a") as provider:
+        with pytest.raises(ProviderConflict) as err:
+            provider.probe()
+        assert f"{clone}-3 (no owner mark, poweredOn)" in str(err.value)
+        assert str(find_vm(si, f"{clone}-3").runtime.powerState) == "poweredOn"  # untouched
 
 
 # ----------------------------------------------------------------------------- tasks, TLS

@@ -20,6 +20,7 @@ guest. ``Desktop.screenshots_this_boot`` counts them.
 from __future__ import annotations
 
 import abc
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,19 @@ OSWORLD_SCREENSHOT_BUDGET = 200
 
 class ProviderConfigError(ValueError):
     """The provider options do not fit the provider (names the option)."""
+
+
+class ProviderConflict(RuntimeError):
+    """Another worker uses this worker's desktop names (the same clone or container prefix):
+    the worker refuses to go on rather than touch desktops it does not own. The message names
+    the other worker and what to change."""
+
+
+def owner_slug(owner: str) -> str:
+    """A worker's name as it can appear in a VM's or a container's name: letters, digits,
+    ``.``, ``_`` and ``-`` (anything else ``-``), at most 40 characters."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", owner).strip("-.") or "worker"
+    return slug[:40]
 
 
 @dataclass
@@ -277,12 +291,25 @@ D = TypeVar("D", bound=Desktop)
 
 
 class Provider(abc.ABC, Generic[D]):
-    """Creates the desktops of a fleet of slots and hands them out."""
+    """Creates the desktops of a fleet of slots and hands them out.
+
+    :meth:`probe` says whether the infrastructure behind them (a vCenter, a Docker engine,
+    ``vmrun``, the programs of a local desktop) can make desktops now; a failure of that
+    infrastructure, here or in any desktop call, is :class:`~coda.contracts.desktop.
+    ProviderDown` (the worker waits it out and charges no episode for it), while a desktop
+    that breaks is :class:`~coda.contracts.desktop.DesktopBroken` (the episode's attempt)."""
 
     name = "provider"
 
     def __init__(self) -> None:
         self._desktops: dict[int, D] = {}
+
+    def probe(self) -> None:
+        """Whether desktops can be made now, cheaply (no desktop is started); the first
+        successful probe also removes what an earlier run of this worker left behind. Raises
+        :class:`~coda.contracts.desktop.ProviderDown` naming what is wrong, and
+        :class:`ProviderConflict` when another worker uses this worker's desktop names.
+        Default: nothing to check."""
 
     @abc.abstractmethod
     def _make(self, slot: int) -> D:

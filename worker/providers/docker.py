@@ -19,15 +19,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
+import threading
 from typing import Any
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
-from worker.providers.docker_base import ContainerSlot, DockerSettings
-from worker.providers.docker_desktop import ContainerDesktop, remove_stale
+from worker.providers.docker_base import (
+    ContainerSlot,
+    DockerSettings,
+    engine_down,
+    engine_errors,
+    unreachable,
+)
+from worker.providers.docker_desktop import (
+    START_ERRORS,
+    ContainerDesktop,
+    image_missing,
+    remove_stale,
+)
 from worker.tokens import secret_value
 
 GUEST_PORTS = {"server": 5000, "vnc": 8006, "chrome": 9222, "vlc": 8080, "apps": 8000}
@@ -48,27 +59,27 @@ class DockerDesktop(ContainerSlot):
                     detail="/dev/kvm missing: QEMU runs without acceleration (very slow)")
         return {**env, "KVM": "N"}, []
 
-    def _remove_stale(self) -> None:
-        from docker.errors import NotFound
-
-        with contextlib.suppress(NotFound):
-            self.client.containers.get(self.name).remove(force=True)
-
     def _start(self) -> GuestClient:
-        from docker.errors import DockerException
+        from docker.errors import ImageNotFound
 
         env, devices = self._environment()
         try:
-            self._remove_stale()
+            self._clear_name()
             assert self.s.qcow2 is not None
+            self.client.images.get(self.s.image_name)  # pulled beforehand, or missing
             self.container = self.client.containers.run(
                 self.s.image_name, name=self.name, detach=True, environment=env, devices=devices,
-                cap_add=["NET_ADMIN"], labels={"coda.slot": str(self.slot)},
+                cap_add=["NET_ADMIN"], labels=self.labels,
                 volumes={str(self.s.qcow2.resolve()): {"bind": "/System.qcow2", "mode": "ro"}},
                 ports={f"{p}/tcp": (self.s.bind_host, None) for p in GUEST_PORTS.values()})
             self.container.reload()
             self.ports = _published(self.container.attrs)
-        except (DockerException, KeyError, ValueError) as exc:
+        except ImageNotFound as exc:
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               image_missing(self.s.image_name)) from exc
+        except START_ERRORS + engine_errors() as exc:
+            if unreachable(exc):
+                raise engine_down(exc) from exc
             raise DesktopBroken(BrokenReason.START_FAILED, f"docker: {exc}") from exc
         log.info("docker.started", slot=self.slot, container=self.container.short_id,
                  ports=self.ports)
@@ -83,26 +94,23 @@ class DockerDesktop(ContainerSlot):
         return self._start()
 
     def _stop(self) -> None:
-        from docker.errors import DockerException
-
         if self.container is None:
             return
         try:
             self.container.stop(timeout=10)
             self.container.remove(force=True)
-        except DockerException as exc:  # already gone is fine
-            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc))
+        except engine_errors() as exc:  # already gone is fine; left behind: the next start
+            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc)[:300])
         self.container = None
 
     def _machine_health(self) -> Health:
-        from docker.errors import DockerException
-
         if self.container is None:
             return Health(ok=False, reason=BrokenReason.VM_OFF, detail="no container")
         try:
             self.container.reload()
-        except DockerException as exc:
-            return Health(ok=False, reason=BrokenReason.VM_OFF, detail=str(exc))
+        except engine_errors() as exc:
+            reason = BrokenReason.NOT_ANSWERING if unreachable(exc) else BrokenReason.VM_OFF
+            return Health(ok=False, reason=reason, detail=str(exc)[:300])
         if self.container.status != "running":
             return Health(ok=False, reason=BrokenReason.VM_OFF,
                           detail=f"container {self.container.status}")
@@ -124,15 +132,52 @@ class DockerProvider(Provider[Desktop]):
         super().__init__()
         self.settings = settings
         self._client: Any = None
+        self._cleaned = False
+        self._lock = threading.RLock()
+
+    def client(self) -> Any:
+        """The engine's client, made at first use (then the containers an earlier run of this
+        worker left are removed, once); an engine that does not answer is ProviderDown."""
+        with self._lock:
+            if self._client is None:
+                try:
+                    self._client = self.settings.client()
+                except engine_errors() as exc:
+                    raise engine_down(exc) from exc
+            if not self._cleaned and self.settings.qcow2 is None:
+                try:
+                    remove_stale(self._client, self.settings)
+                except engine_errors() as exc:
+                    raise engine_down(exc) from exc
+                self._cleaned = True
+            return self._client
+
+    def probe(self) -> None:
+        """The engine answers (a ping) and has the image; in QEMU mode the disk is there."""
+        from docker.errors import ImageNotFound
+
+        client = self.client()
+        image = self.settings.image_name
+        try:
+            client.ping()
+            client.images.get(image)
+        except ImageNotFound as exc:
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               image_missing(image)) from exc
+        except engine_errors() as exc:
+            raise engine_down(exc) if unreachable(exc) else ProviderDown(
+                ProviderFault.UNREACHABLE, BrokenReason.START_FAILED,
+                f"the Docker engine: {str(exc)[:300]}") from exc
+        qcow2 = self.settings.qcow2
+        if qcow2 is not None and not qcow2.is_file():
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"provider_options.qcow2: {qcow2}: no such file")
 
     def _make(self, slot: int) -> Desktop:
-        if self._client is None:
-            self._client = self.settings.client()
-            if self.settings.qcow2 is None:
-                remove_stale(self._client, self.settings.name_prefix)
+        client = self.client()
         if self.settings.qcow2 is None:
-            return ContainerDesktop(slot, self.settings, self._client)
-        return DockerDesktop(slot, self.settings, self._client)
+            return ContainerDesktop(slot, self.settings, client)
+        return DockerDesktop(slot, self.settings, client)
 
     def close(self) -> None:
         super().close()

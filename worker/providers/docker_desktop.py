@@ -18,8 +18,14 @@ manager and the project's guest agent (``worker.providers.session``) as a non-ro
 * Health: the container's state first: a session that exited says which process died (exit
   code 3/4 ``x_crashed``, 5 ``agent_gone``: :data:`worker.providers.session.EXIT_REASONS`);
   killed, out of memory or gone is ``vm_off``. Then the agent's own health.
-* Close removes the container. At the provider's first desktop, containers left by an earlier
-  run with the same ``name_prefix`` (label ``coda.desktop.prefix``) are removed.
+* Close removes the container. At the provider's first desktop (or probe), containers an
+  earlier run of this worker left with its prefix are removed: those labelled
+  ``coda.desktop.prefix=<prefix>`` and ``coda.desktop.owner=<this worker's name>``. A container
+  of the prefix that another worker owns is never removed: the worker refuses to go on, naming
+  it (:class:`~worker.providers.base.ProviderConflict`). The default prefix,
+  ``coda-desktop-<worker name>``, is the worker's own.
+* The engine's failures are the infrastructure's (:class:`~coda.contracts.desktop.ProviderDown`):
+  an engine that does not answer, an image that is not there.
 """
 
 from __future__ import annotations
@@ -29,30 +35,54 @@ import secrets
 import time
 from typing import Any
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
-from worker.providers.base import GuestLayout, log
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
+from worker.providers.base import GuestLayout, ProviderConflict, log
 from worker.providers.client import GuestClient, GuestError
-from worker.providers.docker_base import ContainerSlot, DockerSettings
+from worker.providers.docker_base import (
+    OWNER_LABEL,
+    PREFIX_LABEL,
+    ContainerSlot,
+    DockerSettings,
+    conflict_message,
+    engine_down,
+    engine_errors,
+    owners,
+    unreachable,
+)
 from worker.providers.image import SCIENCEBOARD_IMAGE
 from worker.providers.session import EXIT_REASONS
 
 AGENT_PORT = 5000
 APPS_PORT = 8000
-PREFIX_LABEL = "coda.desktop.prefix"
 RESTORE = ["coda-desktop-restore"]
+START_ERRORS: tuple[type[Exception], ...] = (KeyError, IndexError, TypeError, ValueError)
+"""An answer of the engine that does not fit (its ports not published as asked)."""
+__all__ = ["PREFIX_LABEL", "ContainerDesktop", "remove_stale"]
 
 
-def remove_stale(client: Any, prefix: str) -> int:
-    """Remove every container an earlier run left with this name prefix; how many."""
+def remove_stale(client: Any, settings: DockerSettings) -> int:
+    """Remove the containers an earlier run of this worker left with its prefix (labelled with
+    the prefix and its owner); how many. Containers of the prefix that are not its own are
+    never removed: :class:`ProviderConflict` names them."""
     from docker.errors import NotFound
 
-    stale = client.containers.list(all=True, filters={"label": f"{PREFIX_LABEL}={prefix}"})
-    for c in stale:
+    found = client.containers.list(all=True,
+                                   filters={"label": f"{PREFIX_LABEL}={settings.prefix}"})
+    theirs = [c for c in found if (c.labels or {}).get(OWNER_LABEL) != settings.owner]
+    if theirs:
+        raise ProviderConflict(conflict_message(settings, owners(theirs)))
+    for c in found:
         with contextlib.suppress(NotFound):
             c.remove(force=True)
-    if stale:
-        log.warning("docker.stale_removed", prefix=prefix, containers=[c.name for c in stale])
-    return len(stale)
+    if found:
+        log.warning("docker.stale_removed", prefix=settings.prefix,
+                    containers=[c.name for c in found])
+    return len(found)
+
+
+def image_missing(image: str) -> str:
+    return (f"image {image} not found: build it with `bash scripts/docker-build.sh desktop` "
+            "(CODA_IMAGE_TAG names its tag)")
 
 
 class ContainerDesktop(ContainerSlot):
@@ -67,19 +97,19 @@ class ContainerDesktop(ContainerSlot):
     # hooks -------------------------------------------------------------------------------
 
     def _start(self) -> GuestClient:
-        from docker.errors import DockerException, ImageNotFound, NotFound
+        from docker.errors import ImageNotFound
 
         w, h = self.s.screen
         self.token = secrets.token_urlsafe(24)
         image = self.s.image_name
         try:
-            with contextlib.suppress(NotFound):
-                self.client.containers.get(self.name).remove(force=True)
+            self._clear_name()
+            self.client.images.get(image)  # not there: missing (run would try a registry)
             self.container = self.client.containers.run(
                 image, name=self.name, detach=True,
                 environment={"CODA_GUEST_TOKEN": self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
                              "CODA_DESKTOP_ID": self.name},
-                labels={PREFIX_LABEL: self.s.name_prefix, "coda.slot": str(self.slot)},
+                labels=self.labels,
                 ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),
                        f"{APPS_PORT}/tcp": (self.s.bind_host, None)},
                 # the image's HEALTHCHECK is for a container run by hand: here the provider
@@ -96,11 +126,12 @@ class ContainerDesktop(ContainerSlot):
                           for name, port in (("agent", AGENT_PORT), ("apps", APPS_PORT))}
         except ImageNotFound as exc:
             self._stop()
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"image {image} not found: build it with "
-                                "`bash scripts/docker-build.sh desktop`") from exc
-        except (DockerException, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               image_missing(image)) from exc
+        except START_ERRORS + engine_errors() as exc:
             self._stop()
+            if unreachable(exc):
+                raise engine_down(exc) from exc
             raise DesktopBroken(BrokenReason.START_FAILED, f"docker: {exc}") from exc
         log.info("docker.started", slot=self.slot, container=self.container.short_id,
                  image=image, ports=self.ports)
@@ -136,11 +167,11 @@ class ContainerDesktop(ContainerSlot):
             self._exec_root(RESTORE)
 
     def _exec_root(self, argv: list[str]) -> None:
-        from docker.errors import DockerException
-
         try:
             code, out = self.container.exec_run(argv, user="root")
-        except DockerException as exc:
+        except engine_errors() as exc:
+            if unreachable(exc):
+                raise engine_down(exc) from exc
             raise DesktopBroken(BrokenReason.VM_OFF, f"docker exec: {exc}") from exc
         if code != 0:
             text = out.decode(errors="replace")[-300:] if isinstance(out, bytes) else str(out)
@@ -148,7 +179,9 @@ class ContainerDesktop(ContainerSlot):
                                 f"{' '.join(argv)} exited {code}: {text}")
 
     def _stop(self) -> None:
-        from docker.errors import DockerException, NotFound
+        """Remove the container; one the engine could not remove (it does not answer) is
+        removed by name at the slot's next start (:meth:`_clear_name`)."""
+        from docker.errors import NotFound
 
         container, self.container = self.container, None
         if container is None:
@@ -157,11 +190,11 @@ class ContainerDesktop(ContainerSlot):
             container.remove(force=True)
         except NotFound:
             pass
-        except DockerException as exc:
-            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc))
+        except engine_errors() as exc:
+            log.warning("docker.stop_failed", slot=self.slot, detail=str(exc)[:300])
 
     def _machine_health(self) -> Health:
-        from docker.errors import DockerException, NotFound
+        from docker.errors import NotFound
 
         if self.container is None:
             return Health(ok=False, reason=BrokenReason.VM_OFF, detail="no container")
@@ -170,8 +203,9 @@ class ContainerDesktop(ContainerSlot):
         except NotFound:
             return Health(ok=False, reason=BrokenReason.VM_OFF,
                           detail=f"container {self.name} is gone")
-        except DockerException as exc:
-            return Health(ok=False, reason=BrokenReason.VM_OFF, detail=str(exc))
+        except engine_errors() as exc:
+            reason = BrokenReason.NOT_ANSWERING if unreachable(exc) else BrokenReason.VM_OFF
+            return Health(ok=False, reason=reason, detail=str(exc)[:300])
         if self.container.status == "running":
             return Health(ok=True)
         state = self.container.attrs.get("State", {})
@@ -186,10 +220,8 @@ class ContainerDesktop(ContainerSlot):
         return None if h.ok else h
 
     def _log_tail(self, lines: int = 5) -> str:
-        from docker.errors import DockerException
-
         try:
             out = self.container.logs(tail=lines)
-        except DockerException:
+        except engine_errors():
             return ""
         return " | ".join(out.decode(errors="replace").strip().splitlines())[-600:]

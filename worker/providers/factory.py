@@ -33,9 +33,14 @@ def _settings(cls: type[Any], options: dict[str, Any], provider: str) -> Any:
 
 
 def make_provider(name: str, options: dict[str, Any] | None = None, *,
-                  screen: tuple[int, int] = (1280, 800),
-                  slot_root: Path | None = None) -> Provider[Any]:
+                  screen: tuple[int, int] = (1280, 800), slot_root: Path | None = None,
+                  owner: str | None = None) -> Provider[Any]:
+    """The provider ``name`` with its ``options``; ``owner`` (the worker's name) is whose
+    desktops its clean-up may remove, and the default of their names' prefix (docker,
+    vsphere), unless the options say otherwise."""
     opts = dict(options or {})
+    if owner is not None and name in ("docker", "vsphere"):
+        opts.setdefault("owner", owner)
     if name == "local":
         from worker.providers.local import LocalProvider, LocalSettings
 

@@ -11,6 +11,7 @@ left, and restores the home directory.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
 from coda.procs import free_port, stop_process
 from worker.guest import commands
 from worker.providers.base import Desktop, GuestLayout, Provider, log
@@ -42,6 +43,25 @@ class LocalSettings:
     close_timeout_s: float = 10.0
 
 
+X_PROGRAMS = ("Xvfb", "xauth", "xsetroot", "xprop")
+"""What every local desktop runs besides its window manager and the guest agent."""
+
+
+def missing_programs(settings: LocalSettings, path: str | None = None) -> list[str]:
+    """The programs a local desktop needs that are not on ``path`` (default: the worker's
+    PATH, where the desktops' own is looked up as well)."""
+    wanted = (*X_PROGRAMS, settings.window_manager[0])
+    search = os.pathsep.join(p for p in (path or os.environ.get("PATH", ""),
+                                         settings.image.path) if p)
+    return [name for name in wanted if shutil.which(name, path=search) is None]
+
+
+def programs_down(missing: list[str]) -> ProviderDown:
+    return ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                        f"not installed: {', '.join(missing)} (bash scripts/desktop-deps.sh "
+                        "installs the desktop packages)")
+
+
 class LocalDesktop(Desktop):
     provider_name = "local"
     revert_restarts_guest = False  # reset closes the apps; the slot's agent keeps running
@@ -61,6 +81,10 @@ class LocalDesktop(Desktop):
     def _start(self) -> GuestClient:
         try:
             return self._start_all()
+        except FileNotFoundError as exc:  # a program of the desktop is not installed
+            self._stop()
+            missing = missing_programs(self.settings)
+            raise programs_down(missing or [str(exc.filename or exc)]) from exc
         except Exception:
             self._stop()
             raise
@@ -167,6 +191,13 @@ class LocalProvider(Provider[LocalDesktop]):
         self.settings = settings or LocalSettings()
         self._own_root = self.settings.root is None
         self.root = self.settings.root or Path(tempfile.mkdtemp(prefix="coda-desktops-"))
+
+    def probe(self) -> None:
+        """The programs of a desktop are installed (Xvfb, xauth, xsetroot, xprop, the window
+        manager)."""
+        missing = missing_programs(self.settings)
+        if missing:
+            raise programs_down(missing)
 
     def _make(self, slot: int) -> LocalDesktop:
         return LocalDesktop(slot, self.settings, self.root)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken, Health
+from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
 from worker.tokens import secret_value
@@ -67,13 +67,31 @@ class Vmrun:
             raise DesktopBroken(BrokenReason.NOT_ANSWERING,
                                 f"vmrun {command} did not return in {exc.timeout:g} s") from exc
         except FileNotFoundError as exc:
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"{self.s.vmrun} not found (VMware Workstation/Fusion)") from exc
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"{self.s.vmrun} not found (VMware Workstation/Fusion)") from exc
         out = done.stdout.strip()
         if check and done.returncode != 0:
             raise VmrunError(f"vmrun {command}: {out or done.stderr.strip()} "
                              f"(exit {done.returncode})")
         return out
+
+
+def check_template_file(s: VmwareSettings) -> None:
+    if not s.template_vmx.is_file():
+        raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                           f"provider_options.template_vmx: {s.template_vmx}: no such file")
+
+
+def check_template(s: VmwareSettings, vmrun: Vmrun) -> None:
+    """The template VM and its snapshot are there (:class:`ProviderDown` naming them)."""
+    check_template_file(s)
+    try:
+        snapshots = vmrun("listSnapshots", str(s.template_vmx)).splitlines()[1:]
+    except VmrunError as exc:
+        raise ProviderDown(ProviderFault.UNREACHABLE, BrokenReason.START_FAILED, str(exc)) from exc
+    if s.snapshot not in [line.strip() for line in snapshots]:
+        raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                           f"{s.template_vmx} has no snapshot {s.snapshot!r}")
 
 
 class VmwareDesktop(Desktop):
@@ -94,10 +112,7 @@ class VmwareDesktop(Desktop):
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.vmx.exists():
                 return
-            snapshots = self.vmrun("listSnapshots", str(self.s.template_vmx)).splitlines()[1:]
-            if self.s.snapshot not in [s.strip() for s in snapshots]:
-                raise DesktopBroken(BrokenReason.START_FAILED,
-                                    f"{self.s.template_vmx} has no snapshot {self.s.snapshot!r}")
+            check_template(self.s, self.vmrun)
             self.vmrun("clone", str(self.s.template_vmx), str(self.vmx), "linked",
                        f"-snapshot={self.s.snapshot}", f"-cloneName={self.name}")
             self.vmrun("snapshot", str(self.vmx), CLEAN_SNAPSHOT)
@@ -161,6 +176,18 @@ class VmwareProvider(Provider[VmwareDesktop]):
     def __init__(self, settings: VmwareSettings) -> None:
         super().__init__()
         self.settings = settings
+
+    def probe(self) -> None:
+        """The template VM is there, ``vmrun`` runs and answers (``list``), and the template
+        has its snapshot."""
+        check_template_file(self.settings)
+        vmrun = Vmrun(self.settings)
+        try:
+            vmrun("list")
+        except VmrunError as exc:
+            raise ProviderDown(ProviderFault.UNREACHABLE, BrokenReason.NOT_ANSWERING,
+                               str(exc)) from exc
+        check_template(self.settings, vmrun)
 
     def _make(self, slot: int) -> VmwareDesktop:
         return VmwareDesktop(slot, self.settings)

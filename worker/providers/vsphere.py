@@ -49,14 +49,18 @@ so the provider always passes its own (system CAs, or ``ca_file``; ``insecure`` 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import re
 import secrets
+import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any, Literal
@@ -71,16 +75,28 @@ from coda.contracts.desktop import (
     Health,
     ImageFormat,
     Observation,
+    ProviderDown,
+    ProviderFault,
 )
 from worker.guest.guestinfo import TOKEN_KEY
-from worker.providers.base import Desktop, GuestLayout, Provider, ProviderConfigError, log
+from worker.providers.base import (
+    Desktop,
+    GuestLayout,
+    Provider,
+    ProviderConfigError,
+    ProviderConflict,
+    log,
+    owner_slug,
+)
 from worker.providers.client import GuestClient
 from worker.providers.image import SCIENCEBOARD_IMAGE
 from worker.tokens import secret_value
 
 POLL_S = 0.1  # task state / guest address / power state polling interval
 TOKEN_OPTION = f"guestinfo.{TOKEN_KEY}"
+OWNER_OPTION = "coda.owner"  # extraConfig of a clone: the worker that made it
 POWERED_ON = "poweredOn"
+THUMBPRINT_DIGESTS = {40: "sha1", 64: "sha256", 128: "sha512"}
 
 
 @dataclass
@@ -92,7 +108,9 @@ class VsphereSettings:
     password: SecretStr
     mode: Literal["clone", "revert"] = "clone"
     template: str | None = None  # clone: the template VM (inventory path "dc/vm/f/name" or name)
-    clone_prefix: str = "coda-clone"  # clone: slot VMs are <prefix>-<slot>; stale ones removed
+    clone_prefix: str | None = None  # clone: slot VMs are <prefix>-<slot> (coda-<owner>)
+    owner: str = field(default_factory=socket.gethostname)  # the worker's name (its clones
+    # carry it in extraConfig coda.owner; its clean-up removes only those)
     linked: bool = True  # clone: linked clones of the template's snapshot (else full copies)
     folder: str | None = None  # clone: inventory path of the clones' folder (template's)
     resource_pool: str | None = None  # clone: inventory path (template's, or its host's root)
@@ -102,6 +120,8 @@ class VsphereSettings:
     port: int = 443
     ca_file: Path | None = None  # PEM bundle that signs the server's certificate (default: system)
     insecure: bool = False  # no certificate check (a simulator with a throw-away certificate)
+    thumbprint: str | None = None  # trust exactly the certificate with this SHA-1/256/512
+    # fingerprint (hex, colons allowed), instead of a CA: a self-signed vCenter or ESXi
     tools_required: bool = True  # the address counts once VMware Tools run (vcsim: false)
     guest_port: int = 5000
     guest_token: SecretStr | None = None  # default: a random one per VM, through guestinfo
@@ -115,10 +135,76 @@ class VsphereSettings:
     ready_timeout_s: float = 300.0
     off_check_s: float = 5.0  # a guest call failed: how long to watch whether the VM went off
 
+    @property
+    def prefix(self) -> str:
+        """The clones' name prefix: ``clone_prefix``, else the worker's own ``coda-<name>``."""
+        return self.clone_prefix or f"coda-{owner_slug(self.owner)}"
+
+    @property
+    def where(self) -> str:
+        return f"vSphere {self.host}:{self.port}"
+
+
+def normal_thumbprint(value: str) -> str:
+    """A certificate fingerprint as lower-case hex without colons; ProviderConfigError when it
+    is not a SHA-1, SHA-256 or SHA-512 one."""
+    hexed = value.replace(":", "").strip().lower()
+    if len(hexed) not in THUMBPRINT_DIGESTS or not re.fullmatch(r"[0-9a-f]+", hexed):
+        raise ProviderConfigError("provider_options.thumbprint: not a SHA-1, SHA-256 or SHA-512 "
+                                  "fingerprint in hex (40, 64 or 128 digits, colons allowed)")
+    return hexed
+
+
+def thumbprint_of(der: bytes, digits: int = 64) -> str:
+    """The fingerprint of a certificate (DER) with as many hex digits as a pinned one."""
+    return hashlib.new(THUMBPRINT_DIGESTS[digits], der).hexdigest()
+
+
+class ThumbprintMismatch(OSError):
+    """The server's certificate is not the pinned one."""
+
+
+class PinnedContext(ssl.SSLContext):
+    """TLS that trusts exactly one certificate, by its fingerprint (``thumbprint``), checked on
+    every connection after the handshake; no CA, no host name. (pyvmomi's own pinning checks
+    only the first connection: it turns the shared context's verification off for good.)"""
+
+    pinned = ""
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        sock = super().wrap_socket(*args, **kwargs)
+        seen = thumbprint_of(sock.getpeercert(binary_form=True) or b"", len(self.pinned))
+        if not hmac.compare_digest(seen, self.pinned):
+            sock.close()
+            raise ThumbprintMismatch(f"certificate thumbprint {seen} is not the pinned "
+                                     f"{self.pinned} (provider_options.thumbprint)")
+        return sock
+
 
 def ssl_context(s: VsphereSettings) -> ssl.SSLContext:
-    """Always an explicit context: pyvmomi checks nothing for a loopback host without one."""
-    context = ssl.create_default_context(cafile=str(s.ca_file) if s.ca_file else None)
+    """Always an explicit context: pyvmomi checks nothing for a loopback host without one. A
+    ``ca_file`` that cannot be read, or is no PEM bundle, is :class:`ProviderDown` naming it."""
+    if s.thumbprint:
+        pinned = PinnedContext(ssl.PROTOCOL_TLS_CLIENT)
+        pinned.check_hostname = False
+        pinned.verify_mode = ssl.CERT_NONE
+        pinned.pinned = normal_thumbprint(s.thumbprint)
+        return pinned
+    cafile = None
+    if s.ca_file is not None:
+        cafile = str(s.ca_file)
+        try:
+            s.ca_file.read_bytes()
+        except OSError as exc:
+            raise ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                               f"provider_options.ca_file: {s.ca_file}: cannot be read "
+                               f"({exc.strerror or exc})") from exc
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+    except ssl.SSLError as exc:
+        raise ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                           f"provider_options.ca_file: {s.ca_file}: not a PEM bundle of CA "
+                           f"certificates ({exc.reason or exc})") from exc
     if s.insecure:  # asked for: a simulator's throw-away certificate
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -130,40 +216,70 @@ def fault_message(fault: object) -> str:
     return str(getattr(fault, "msg", None) or type(fault).__name__)
 
 
+def typed_error(exc: BaseException, s: VsphereSettings, what: str = "") -> DesktopBroken:
+    """The typed failure of an error of a vSphere call. The infrastructure's (no answer, a
+    refused login, an untrusted certificate) are :class:`ProviderDown`; a fault vSphere
+    answered for the call itself is ``start_failed``."""
+    from pyVmomi import vim, vmodl
+
+    where = f"{what}: {s.where}" if what else s.where
+    if isinstance(exc, ThumbprintMismatch):
+        return ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                            f"{where}: {exc}")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                            f"{where}: certificate not trusted ({exc.reason}): set ca_file to "
+                            "the CA that signed it (or thumbprint to its fingerprint)")
+    if isinstance(exc, vim.fault.InvalidLogin | vim.fault.NotAuthenticated):
+        return ProviderDown(ProviderFault.CREDENTIALS_REFUSED, BrokenReason.START_FAILED,
+                            f"{where}: login of {s.user!r} refused")
+    if isinstance(exc, vmodl.MethodFault):
+        return DesktopBroken(BrokenReason.START_FAILED,
+                             f"{what or s.where}: {type(exc).__name__}: {fault_message(exc)}")
+    return ProviderDown(ProviderFault.UNREACHABLE, BrokenReason.NOT_ANSWERING, f"{where}: {exc}")
+
+
+def _stub(s: VsphereSettings, context: ssl.SSLContext) -> Any:
+    from pyVim.connect import SmartStubAdapter
+
+    try:
+        return SmartStubAdapter(host=s.host, port=s.port, sslContext=context,
+                                httpConnectionTimeout=s.call_timeout_s)
+    except (OSError, HTTPException):
+        raise
+    # pyvmomi says "down or not a VIM server" with a bare Exception (an XML parser's error for
+    # a page that is no version list): the endpoint is not vSphere's API, typed and raised
+    except Exception as exc:
+        raise ProviderDown(ProviderFault.MISCONFIGURED, BrokenReason.START_FAILED,
+                           f"{s.where}: not a vSphere API endpoint "
+                           f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+
+
 def smart_connect(s: VsphereSettings) -> Any:
-    """A pyvmomi ServiceInstance, logged in; failures become typed :class:`DesktopBroken`.
+    """A pyvmomi ServiceInstance, logged in; failures become typed: the infrastructure's
+    (:func:`typed_error`, a ``ca_file`` that cannot be read, an endpoint that is not vSphere)
+    are :class:`ProviderDown` naming the file or host:port.
 
     Its stub logs in again when the session expired (vCenter ends idle sessions, 30 minutes by
     default: a worker idle overnight would otherwise fail every call with ``NotAuthenticated``)
     and retries a call once after a transport error, so one call takes at most twice
     ``call_timeout_s``."""
-    from pyVim.connect import SmartStubAdapter, VimSessionOrientedStub
+    from pyVim.connect import VimSessionOrientedStub
     from pyVmomi import vim, vmodl
 
     def login(soap: Any) -> None:  # pyVim's own reads currentSession first, which vcsim refuses
         manager: Any = vim.ServiceInstance("ServiceInstance", soap).RetrieveContent().sessionManager
         manager.Login(s.user, s.password.get_secret_value(), None)
 
+    context = ssl_context(s)
     try:
-        stub = SmartStubAdapter(host=s.host, port=s.port, sslContext=ssl_context(s),
-                                httpConnectionTimeout=s.call_timeout_s)
+        stub = _stub(s, context)
         si = vim.ServiceInstance("ServiceInstance",
                                  VimSessionOrientedStub(stub, login, retryCount=2))
         si.RetrieveContent()  # logs in
         return si
-    except ssl.SSLCertVerificationError as exc:
-        raise DesktopBroken(BrokenReason.START_FAILED,
-                            f"vSphere {s.host}:{s.port}: certificate not trusted ({exc.reason}): "
-                            "set ca_file to the CA that signed it") from exc
-    except vim.fault.InvalidLogin as exc:
-        raise DesktopBroken(BrokenReason.START_FAILED,
-                            f"vSphere {s.host}:{s.port}: login of {s.user!r} refused") from exc
-    except vmodl.MethodFault as exc:
-        raise DesktopBroken(BrokenReason.START_FAILED,
-                            f"vSphere {s.host}:{s.port}: {fault_message(exc)}") from exc
-    except (OSError, HTTPException) as exc:  # refused, unreachable, timed out, TLS
-        raise DesktopBroken(BrokenReason.NOT_ANSWERING,
-                            f"vSphere {s.host}:{s.port}: {exc}") from exc
+    except (vmodl.MethodFault, OSError, HTTPException) as exc:  # refused, unreachable, TLS
+        raise typed_error(exc, s) from exc
 
 
 # property reads ----------------------------------------------------------------------------
@@ -215,6 +331,27 @@ def find_vm(si: Any, name: str) -> Any:
     if "/" in name:
         return si.content.searchIndex.FindByInventoryPath(name)
     return next((vm for vm, n in list_vms(si) if n == name), None)
+
+
+def owner_of(si: Any, vm: Any) -> str | None:
+    """The worker a VM belongs to (its ``coda.owner`` extraConfig; None: not marked)."""
+    extra = read_props(si, vm, ["config.extraConfig"]).get("config.extraConfig") or []
+    found = [str(o.value) for o in extra if o.key == OWNER_OPTION]
+    return found[-1] if found else None
+
+
+def conflict_message(s: VsphereSettings, vms: list[tuple[str, str | None, str]]) -> str:
+    """Why a worker refuses its clone prefix: the VMs of it that are not its own
+    ``(name, owner, power state)``, named with their owners."""
+    owners = sorted({o for _, o, _ in vms if o is not None})
+    listed = ", ".join(f"{n} ({o or 'no owner mark'}{', ' + p if p else ''})"
+                       for n, o, p in vms[:10])
+    who = (f"worker {', '.join(repr(o) for o in owners)}" if owners
+           else "VMs without an owner mark (made by hand or by an older CODA worker)")
+    return (f"clone prefix {s.prefix!r} is in use by {who}: {listed}; this worker "
+            f"({s.owner!r}) never touches VMs it does not own: give it another clone_prefix "
+            "(its default, coda-<worker name>, is its own) or a distinct CODA_WORKER_NAME, or "
+            "remove those VMs")
 
 
 def walk_snapshots(trees: list[Any] | None) -> Iterator[Any]:
@@ -296,11 +433,12 @@ class VsphereDesktop(Desktop):
         self.s = settings
         self.provider = provider
         self.vm: Any = None
-        self.vm_name = (f"{settings.clone_prefix}-{slot}" if settings.mode == "clone"
+        self.vm_name = (f"{settings.prefix}-{slot}" if settings.mode == "clone"
                         else settings.vm_names[slot])
         self.token = secret_value(settings.guest_token) or ""
         self.handover = settings.guestinfo_token
         self.ip: str | None = None
+        self.cloned = False  # a clone of this slot was made by this process
 
     # vSphere calls ---------------------------------------------------------------------
 
@@ -321,20 +459,16 @@ class VsphereDesktop(Desktop):
                            f"{what} {self.vm_name}", cancel=cancel)
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        """One vSphere call; its faults and transport errors become typed failures."""
+        """One vSphere call; its faults and transport errors become typed failures
+        (:func:`typed_error`; the VM gone: :class:`VmGone`)."""
         from pyVmomi import vmodl
 
         try:
             return fn()
         except vmodl.fault.ManagedObjectNotFound as exc:
             raise VmGone(BrokenReason.VM_OFF, f"{what} {self.vm_name}: the VM is gone") from exc
-        except vmodl.MethodFault as exc:
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"{what} {self.vm_name}: {type(exc).__name__}: "
-                                f"{fault_message(exc)}") from exc
-        except (OSError, HTTPException) as exc:
-            raise DesktopBroken(BrokenReason.NOT_ANSWERING,
-                                f"{what} {self.vm_name}: vSphere: {exc}") from exc
+        except (vmodl.MethodFault, OSError, HTTPException) as exc:
+            raise typed_error(exc, self.s, f"{what} {self.vm_name}") from exc
 
     def _power(self) -> str:
         return str(self._call(lambda: read_props(self.si, self.vm, ["runtime.powerState"]),
@@ -368,11 +502,31 @@ class VsphereDesktop(Desktop):
     # modes -----------------------------------------------------------------------------
 
     def _clone(self) -> None:
-        """A new VM ``<prefix>-<slot>`` cloned from the template, with a new token."""
+        """A new VM ``<prefix>-<slot>`` cloned from the template, with a new token and this
+        worker's owner mark. The template is looked up again when the clone fails (it may have
+        been deleted and put back): a template or snapshot that is not there is
+        :class:`ProviderDown` naming it."""
+        started = time.monotonic()
+        for fresh in (False, True):
+            try:
+                self.vm = self._clone_from(self.provider.template(fresh=fresh))
+                break
+            except ProviderDown:
+                self.provider.forget_template()
+                raise
+            except DesktopBroken as exc:  # the template may be gone or changed: look again
+                self.provider.forget_template()
+                if fresh:
+                    raise DesktopBroken(exc.reason, f"clone {self.vm_name}: {exc.detail}"
+                                        if isinstance(exc, VmGone) else exc.detail) from exc
+        log.info("vsphere.cloned", slot=self.slot, vm=self.vm_name, linked=self.s.linked,
+                 seconds=round(time.monotonic() - started, 3))
+
+    def _clone_from(self, source: CloneSource) -> Any:
         from pyVmomi import vim
 
-        source = self.provider.template()
         extra = [vim.option.OptionValue(key=k, value=v) for k, v in source.run_options]
+        extra.append(vim.option.OptionValue(key=OWNER_OPTION, value=self.s.owner))
         if self.handover:
             self.token = secret_value(self.s.guest_token) or secrets.token_urlsafe(24)
             extra.append(vim.option.OptionValue(key=TOKEN_OPTION, value=self.token))
@@ -382,15 +536,26 @@ class VsphereDesktop(Desktop):
         spec = vim.vm.CloneSpec(location=location, powerOn=False, template=False,
                                 snapshot=source.snapshot if self.s.linked else None,
                                 config=vim.vm.ConfigSpec(extraConfig=extra))
-        started = time.monotonic()
-        self.vm = self._call(lambda: self._task(
+        return self._call(lambda: self._task(
             source.vm.CloneVM_Task(folder=source.folder, name=self.vm_name, spec=spec),
             "clone"), "clone")
-        log.info("vsphere.cloned", slot=self.slot, vm=self.vm_name, linked=self.s.linked,
-                 seconds=round(time.monotonic() - started, 3))
+
+    def _take_name(self) -> None:
+        """Before the first clone of this slot in this process: a VM that already has its
+        name is this worker's from before (destroyed) or another's (:class:`ProviderConflict`,
+        never touched)."""
+        found = self._call(lambda: find_vm(self.si, self.vm_name), "find")
+        if found is None:
+            return
+        owner = self._call(lambda: owner_of(self.si, found), "read the owner of")
+        if owner != self.s.owner:
+            raise ProviderConflict(conflict_message(self.s, [(self.vm_name, owner, "")]))
+        self.vm = found
 
     def _destroy(self) -> None:
-        """Power off and destroy this slot's clone (one destroyed from outside is fine)."""
+        """Power off and destroy this slot's clone (one destroyed from outside is fine). One
+        that could not be destroyed (vSphere away) is kept track of: the next reset destroys
+        it before cloning."""
         vm = self.vm
         if vm is None:
             return
@@ -399,22 +564,22 @@ class VsphereDesktop(Desktop):
             self._call(lambda: self._task(vm.Destroy_Task(), "destroy"), "destroy")
         except VmGone:
             log.warning("vsphere.already_gone", slot=self.slot, vm=self.vm_name)
-        finally:
-            self.vm = None
+        self.vm = None
         log.info("vsphere.destroyed", slot=self.slot, vm=self.vm_name)
 
     def _revert_vm(self) -> None:
         if self.vm is None:
             self.vm = self._call(lambda: find_vm(self.si, self.vm_name), "find")
             if self.vm is None:
-                raise DesktopBroken(BrokenReason.START_FAILED, f"no VM {self.vm_name!r}")
+                raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                                   f"no VM {self.vm_name!r}")
             if self.handover and not self.token:
                 self.token = secrets.token_urlsafe(24)  # this VM's for the provider's life
         snap = self._call(lambda: find_snapshot(self.si, self.vm, self.s.snapshot),
                           "find snapshot")
         if snap is None:
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"VM {self.vm_name!r} has no snapshot {self.s.snapshot!r}")
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"VM {self.vm_name!r} has no snapshot {self.s.snapshot!r}")
         self._call(lambda: self._task(snap.RevertToSnapshot_Task(), "revert"), "revert")
         if self.handover:  # a snapshot with memory (or vcsim): boot, so the guest reads its token
             self._power_off()
@@ -422,8 +587,11 @@ class VsphereDesktop(Desktop):
 
     def _boot(self) -> GuestClient:
         if self.s.mode == "clone":
+            if self.vm is None and not self.cloned:
+                self._take_name()
             self._destroy()
             self._clone()
+            self.cloned = True
         else:
             self._revert_vm()
         self._power_on()
@@ -525,7 +693,8 @@ class VsphereDesktop(Desktop):
 
 @dataclass
 class CloneSource:
-    """The template and where its clones go (resolved once per provider)."""
+    """The template and where its clones go (resolved once, again after a clone failed and at
+    every probe)."""
 
     vm: Any
     folder: Any
@@ -546,10 +715,53 @@ class VsphereProvider(Provider[VsphereDesktop]):
         if settings.mode == "revert" and not settings.vm_names:
             raise ProviderConfigError("provider_options.vm_names: the revert mode needs one VM "
                                       "per slot")
+        if settings.thumbprint is not None:
+            normal_thumbprint(settings.thumbprint)
         self.settings = settings
         self._si: Any = None
         self._source: CloneSource | None = None
+        self._cleaned = False  # the clones an earlier run left were removed
         self._lock = threading.RLock()
+
+    def probe(self) -> None:
+        """Connected and logged in (a new connection after a failure: a restarted server, a
+        new certificate), the session answering, and the template with its snapshot (clone
+        mode, looked up afresh) or every configured VM with its snapshot (revert mode)."""
+        with self._lock:
+            try:
+                si = self.connection()
+                self._guarded(si.CurrentTime, "the session")
+                if self.settings.mode == "clone":
+                    self._source = self._resolve_template()
+                else:
+                    self._check_vms(si)
+            except ProviderDown:
+                self._si, self._source = None, None
+                raise
+
+    def _check_vms(self, si: Any) -> None:
+        names = {n: vm for vm, n in self._guarded(lambda: list_vms(si), "list VMs")}
+
+        def check(name: str) -> None:
+            vm = names.get(name) if "/" not in name else find_vm(si, name)
+            if vm is None:
+                raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                                   f"no VM {name!r}")
+            if find_snapshot(si, vm, self.settings.snapshot) is None:
+                raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                                   f"VM {name!r} has no snapshot {self.settings.snapshot!r}")
+
+        for name in self.settings.vm_names:
+            self._guarded(partial(check, name), f"check {name!r}")
+
+    def _guarded(self, fn: Callable[[], Any], what: str) -> Any:
+        """A vSphere call of the provider's own; its errors typed (:func:`typed_error`)."""
+        from pyVmomi import vmodl
+
+        try:
+            return fn()
+        except (vmodl.MethodFault, OSError, HTTPException) as exc:
+            raise typed_error(exc, self.settings, what) from exc
 
     def _make(self, slot: int) -> VsphereDesktop:
         if self.settings.mode == "revert" and not 0 <= slot < len(self.settings.vm_names):
@@ -558,61 +770,95 @@ class VsphereProvider(Provider[VsphereDesktop]):
 
     def connection(self) -> Any:
         """The service instance, connected at first use (then, in clone mode, the clones an
-        earlier run left are removed)."""
+        earlier run of this worker left are removed, once in the provider's life)."""
         with self._lock:
             if self._si is None:
                 self._si = smart_connect(self.settings)
-                about = self._si.content.about
+                about = self._guarded(lambda: self._si.content.about, "about")
                 log.info("vsphere.connected", host=self.settings.host, server=about.fullName,
                          api=about.apiVersion, mode=self.settings.mode)
-                if self.settings.mode == "clone":
+            if self.settings.mode == "clone" and not self._cleaned:
+                self._cleaned = True  # its desktops call back in here
+                try:
                     self.remove_stale()
+                except BaseException:
+                    self._cleaned = False  # again at the next connection
+                    raise
             return self._si
 
     def remove_stale(self) -> list[str]:
-        """Destroy every VM named ``<clone_prefix>-<n>`` (clones of an earlier run)."""
-        pattern = re.compile(rf"{re.escape(self.settings.clone_prefix)}-\d+")
-        stale = [(vm, name) for vm, name in list_vms(self._si) if pattern.fullmatch(name)]
-        for vm, name in stale:
+        """Destroy the clones an earlier run of this worker left: the VMs named
+        ``<prefix>-<n>`` marked with its owner. VMs of the prefix that another worker marked
+        (or nobody: made by hand, or by an older worker) are never touched: the worker refuses
+        to go on, naming their owner (:class:`ProviderConflict`)."""
+        si = self._si
+        pattern = re.compile(rf"{re.escape(self.settings.prefix)}-\d+")
+        found = [(vm, name) for vm, name in self._guarded(lambda: list_vms(si), "list VMs")
+                 if pattern.fullmatch(name)]
+        mine, others = [], []
+        for vm, name in found:
+            props = self._guarded(partial(read_props, si, vm, [
+                "config.extraConfig", "runtime.powerState"]), f"read {name}")
+            owner = next((str(o.value) for o in reversed(props.get("config.extraConfig") or [])
+                          if o.key == OWNER_OPTION), None)
+            if owner == self.settings.owner:
+                mine.append((vm, name))
+            else:
+                others.append((name, owner, str(props.get("runtime.powerState", ""))))
+        if others:
+            raise ProviderConflict(conflict_message(self.settings, others))
+        for vm, name in mine:
             d = VsphereDesktop(0, self.settings, self)
             d.vm, d.vm_name = vm, name
             d._stop()
-        if stale:
-            log.warning("vsphere.stale_removed", prefix=self.settings.clone_prefix,
-                        vms=[name for _, name in stale])
-        return [name for _, name in stale]
+        if mine:
+            log.warning("vsphere.stale_removed", prefix=self.settings.prefix,
+                        vms=[name for _, name in mine])
+        return [name for _, name in mine]
 
-    def template(self) -> CloneSource:
+    def template(self, *, fresh: bool = False) -> CloneSource:
         """The template VM, its snapshot (linked clones) and the clones' folder, resource pool
-        and datastore (the options, else the template's own)."""
+        and datastore (the options, else the template's own); looked up again when ``fresh``
+        or forgotten (:meth:`forget_template`)."""
         with self._lock:
-            if self._source is None:
+            if self._source is None or fresh:
                 self._source = self._resolve_template()
             return self._source
 
+    def forget_template(self) -> None:
+        """A clone failed: the next one looks the template up again (it may have been deleted
+        and put back, under a new identity)."""
+        with self._lock:
+            self._source = None
+
     def _resolve_template(self) -> CloneSource:
         s = self.settings
-        assert s.template is not None
+        name = s.template
+        assert name is not None
         si = self.connection()
-        vm = find_vm(si, s.template)
+        vm = self._guarded(lambda: find_vm(si, name), "find the template")
         if vm is None:
-            raise DesktopBroken(BrokenReason.START_FAILED, f"no template VM {s.template!r}")
-        props = read_props(si, vm, ["parent", "resourcePool", "runtime.host",
-                                    "config.extraConfig"])
-        snapshot = find_snapshot(si, vm, s.snapshot) if s.linked else None
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"no template VM {s.template!r}")
+        props = self._guarded(lambda: read_props(si, vm, [
+            "parent", "resourcePool", "runtime.host", "config.extraConfig"]), "read the template")
+        snapshot = self._guarded(lambda: find_snapshot(si, vm, s.snapshot),
+                                 "find the template's snapshot") if s.linked else None
         if s.linked and snapshot is None:
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"template {s.template!r} has no snapshot {s.snapshot!r} to link "
-                                "clones to (take one, or set linked to false)")
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"template {s.template!r} has no snapshot {s.snapshot!r} to link "
+                               "clones to (take one, or set linked to false)")
         host = props["runtime.host"]
         folder = self._inventory(s.folder, "folder") if s.folder else props["parent"]
         if s.resource_pool:
             pool = self._inventory(s.resource_pool, "resource_pool")
         else:  # a template has no pool: its host's (cluster's) root pool
-            pool = props.get("resourcePool") or host.parent.resourcePool
+            pool = props.get("resourcePool") or self._guarded(
+                lambda: host.parent.resourcePool, "the template host's pool")
         datastore = None
         if s.datastore:
-            datastore = next((d for d in host.datastore if d.name == s.datastore), None)
+            datastore = next((d for d in self._guarded(lambda: host.datastore, "datastores")
+                              if d.name == s.datastore), None)
             if datastore is None:
                 raise DesktopBroken(BrokenReason.START_FAILED,
                                     f"no datastore {s.datastore!r} on the template's host")
@@ -622,10 +868,12 @@ class VsphereProvider(Provider[VsphereDesktop]):
                            snapshot=snapshot, run_options=run)
 
     def _inventory(self, path: str, option: str) -> Any:
-        found = self.connection().content.searchIndex.FindByInventoryPath(path)
+        si = self.connection()
+        found = self._guarded(lambda: si.content.searchIndex.FindByInventoryPath(path),
+                              f"find {path!r}")
         if found is None:
-            raise DesktopBroken(BrokenReason.START_FAILED,
-                                f"provider_options.{option}: nothing at {path!r}")
+            raise ProviderDown(ProviderFault.MISSING, BrokenReason.START_FAILED,
+                               f"provider_options.{option}: nothing at {path!r}")
         return found
 
     def close(self) -> None:
