@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SECTIONS: list[tuple[str, str, str]] = [
     ("master.settings", "MasterSettings", "Master (`coda master`, `coda up`)"),
@@ -46,6 +49,8 @@ def _default(field: FieldInfo) -> str:
         value = field.default
     if isinstance(value, SecretStr):
         return "(secret)"
+    if isinstance(value, Path) and value.is_absolute() and value.is_relative_to(ROOT):
+        value = value.relative_to(ROOT)  # a file of the checkout: the same on every clone
     if isinstance(value, Enum):
         value = value.value
     if isinstance(value, BaseModel):
