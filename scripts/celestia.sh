@@ -13,9 +13,10 @@
 # stars.dat then is upstream's, not the older one of the archives (see docs/coverage.md).
 # The fork, patched by deploy/celestia/patches/*.patch (applied in order):
 #   01 the dump server listens on 127.0.0.1 only (reached through the guest agent) and reads
-#      the state on the GUI thread; 02 it reads whole requests and answers dumps over 8 KiB;
+#      the state on the GUI thread; 02 it reads whole requests, answers dumps over 8 KiB and
+#      waits for requests without spinning;
 #   03 celestia.cfg names the content's star catalogues and cross indexes (else a star query
-#      aborts it); 04 an idle frame cap (CODA_CELESTIA_IDLE_FPS, default 4; 0: off).
+#      aborts it); 04 an idle frame cap (CODA_CELESTIA_IDLE_FPS, default 2; 0: off).
 #
 # Where: $CODA_CELESTIA_DIR if set; else /var/lib/coda/celestia as root (following
 # CODA_EMBEDDED_ROOT); else ~/.cache/coda/celestia. <key> hashes the archives' checksums, the
