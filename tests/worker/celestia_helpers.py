@@ -2,8 +2,8 @@
 agent to Celestia's 3D view as a user types them (Celestia's own keyboard commands: Enter, a
 name and Enter selects an object, G goes to it, C centres it, K / Shift+K slow time by 10 / 2,
 Space pauses, R / Shift+R change the texture resolution, Ctrl+S cycles the star style, / and
-Ctrl+B toggle the constellation figures and boundaries), each done when Celestia's state dump
-shows it."""
+Ctrl+B toggle the constellation figures and boundaries; an object's context menu, by its
+mnemonics, shows reference marks), each done when Celestia's state dump shows it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from coda.actions import Hotkey, Press, TypeText
+from coda.actions import Hotkey, Press, RightClick, TypeText
 from coda.contracts.desktop import EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
@@ -121,6 +121,22 @@ def centre(name: str, kind: int = BODY, *, zoom: bool = False) -> Solution:
             return False
 
         wait_for(in_view, f"{name} centred and visible", WAIT_S, interval=2.0)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
+    """Right-click the object in the middle of the 3D view (where a goto leaves it; the view is
+    right of the Celestial Browser, so two thirds across the window), then its context menu's
+    Reference Marks submenu (R) and the mark's mnemonic; done when the dump shows the mark."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        window = app.main_window(ctx)
+        assert window is not None, "no Celestia main window"
+        act(desktop, RightClick(x=window.x + window.width * 2 // 3,
+                                y=window.y + window.height // 2),
+            TypeText(text=f"r{mnemonic}"))
+        wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["mark"][mark],
+                 f"{name}'s {mark} shown", WAIT_S)
         return EpisodeEnd(kind="DONE")
     return solve
 

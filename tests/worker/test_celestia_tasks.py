@@ -26,6 +26,7 @@ from .celestia_helpers import (
     go_to,
     keys,
     keys_until,
+    reference_mark,
     require_build,
     setup_task,
     then,
@@ -67,6 +68,12 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # near Pluto, Sol in view, time stopped (distance, visibility, time); wrong: time runs
     "B-09": (["info"], then(go_to("Pluto"), centre("Sol", STAR, zoom=True)),
              keys(Press(key="space"), done=lambda d: d["time"]["pause"], what="time paused")),
+    # near Orcus, its velocity vector and planetographic grid (marks); wrong: the grid only
+    "B-04": (["info"], then(go_to("Orcus"), reference_mark("Orcus", "g", "planetographicGrid")),
+             reference_mark("Orcus", "v", "velocityVector")),
+    # near Dysnomia, its frame axes and sun direction (marks); wrong: the frame axes only
+    "B-05": (["info"], then(go_to("Dysnomia"), reference_mark("Dysnomia", "f", "frameAxes")),
+             reference_mark("Dysnomia", "s", "sunDirection")),
     # go to Iapetus (distance); wrong: Titan
     "D-01": (["info"], go_to("Titan"), go_to("Iapetus")),
     # Uranus's moons without the minor ones (answer)
