@@ -13,6 +13,15 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh master,worker,models,dev,trainer,tensorboard
 bash scripts/desktop-deps.sh  # Xvfb, window manager, TeXstudio, KAlgebra, GRASS GIS (root/sudo)
 bash scripts/vllm-install.sh >/dev/null  # vLLM's CPU build in its own venv, for tests/vllm
+# Celestia (ScienceBoard's fork) from source, once per machine (about 11 minutes on 2 cores;
+# the sources: $CODA_CELESTIA_SOURCES, else GitHub at the pinned commits), for its tasks' tests
+if ! bash scripts/celestia.sh >/dev/null; then
+  if [ "${CI:-}" = true ]; then
+    echo "test.sh: Celestia could not be built (CI=true: the Celestia tests must run)" >&2
+    exit 1
+  fi
+  echo "test.sh: no Celestia build: the Celestia tests skip" >&2
+fi
 if ! bash scripts/vcsim.sh >/dev/null; then  # vcsim from Debian's govmomi, for the vSphere tests
   if [ "${CI:-}" = true ]; then
     echo "test.sh: vcsim could not be built (CI=true: the vSphere tests must run)" >&2

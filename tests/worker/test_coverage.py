@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from worker.providers.image import grassdata
+from worker.providers.image import celestia, grassdata
 from worker.tasks.coverage import coverage, local_blocker
 from worker.tasks.coverage_cli import app
 
@@ -17,16 +17,19 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cove
 
 
 def installed(program: str) -> str | None:
+    if program == str(celestia.binary()):
+        return program
     return f"/usr/bin/{program}" if program in {"kalgebra", "calgebra", "dbus-daemon",
                                                 "texstudio", "pdflatex", "bibtex", "grass",
-                                                "xterm"} else None
+                                                "xterm", "wmctrl"} else None
 
 
 @pytest.fixture(autouse=True)
 def grass_data_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The local image as the desktop set-up leaves it: GRASS GIS's stand-in data sets built
-    (whether this machine built them is not what these tests are about)."""
+    """The local image as the desktop set-up leaves it: GRASS GIS's stand-in data sets and
+    Celestia built (whether this machine built them is not what these tests are about)."""
     monkeypatch.setattr(grassdata, "is_built", lambda _: True)
+    monkeypatch.setattr(celestia, "is_built", lambda env=None: True)
 
 
 def test_kalgebra_reaches_the_target_with_the_reasons_for_the_rest() -> None:
@@ -36,7 +39,7 @@ def test_kalgebra_reaches_the_target_with_the_reasons_for_the_rest() -> None:
     assert kalgebra.runnable >= 25
     assert sorted(n for names in kalgebra.reasons.values() for n in names) == [
         "VM/KAlgebra/A-01", "VM/KAlgebra/B-04"]
-    assert report.total.tasks == sum(a.tasks for a in report.apps) == 136
+    assert report.total.tasks == sum(a.tasks for a in report.apps) == 169
     assert report.total.runnable == sum(a.runnable for a in report.apps)
     chimerax = next(a for a in report.apps if a.app == "ChimeraX")
     assert chimerax.runnable == 0 and "not in Debian" in next(iter(chimerax.reasons))
@@ -52,6 +55,19 @@ def test_grass_reaches_the_target_with_the_reasons_for_the_rest(
     monkeypatch.setattr(grassdata, "is_built", lambda _: False)
     (grass,) = coverage(TASKS / "VM" / "GrassGIS", which=installed).apps
     assert grass.runnable == 0 and "scripts/desktop-deps.sh" in next(iter(grass.reasons))
+
+
+def test_celestia_reaches_the_target_with_the_reasons_for_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    report = coverage(TASKS / "VM" / "Celestia", which=installed)
+    (entry,) = report.apps
+    assert (entry.tasks, entry.loaded, entry.implemented, entry.runnable) == (33, 33, 33, 29)
+    left = sorted(n for names in entry.reasons.values() for n in names)
+    assert left == ["C-05", "C-06", "C-08", "C-09"]
+    assert all("VM data" in reason for reason in entry.reasons)
+    monkeypatch.setattr(celestia, "is_built", lambda env=None: False)
+    (entry,) = coverage(TASKS / "VM" / "Celestia", which=installed).apps
+    assert entry.runnable == 0 and "scripts/celestia.sh" in next(iter(entry.reasons))
 
 
 def test_a_missing_program_is_the_reason() -> None:
@@ -76,8 +92,10 @@ def test_unknown_steps_and_files_that_do_not_load_are_counted(tmp_path: Path) ->
 def test_launch_of_an_app_missing_from_the_image_blocks_a_task() -> None:
     from coda.tasks import load_task_file
 
-    task = load_task_file(TASKS / "VM" / "TeXstudio" / "B-02.json")
-    assert "celestia" in (local_blocker(task, installed) or "")
+    task = load_task_file(TASKS / "VM" / "TeXstudio" / "B-02.json")  # opens Celestia too
+    assert local_blocker(task, installed) is None
+    assert "celestia" in (local_blocker(
+        task, lambda p: None if "celestia" in p else installed(p)) or "")
 
 
 def test_cli_prints_the_table_and_json(tmp_path: Path) -> None:
@@ -85,12 +103,12 @@ def test_cli_prints_the_table_and_json(tmp_path: Path) -> None:
     out = runner.invoke(app, [str(TASKS), "--provider", "local", "--json", "-"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    assert data["provider"] == "local" and data["total"]["tasks"] == 136
+    assert data["provider"] == "local" and data["total"]["tasks"] == 169
     target = tmp_path / "c.json"
     out = runner.invoke(app, [str(TASKS), "--json", str(target)])
     assert out.exit_code == 0, out.output
     assert "real verdict here" in out.output and "KAlgebra" in out.output
-    assert json.loads(target.read_text())["total"]["tasks"] == 136
+    assert json.loads(target.read_text())["total"]["tasks"] == 169
     bad = runner.invoke(app, [str(tmp_path / "nowhere")])
     assert bad.exit_code != 0
 

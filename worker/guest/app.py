@@ -10,7 +10,13 @@ from fastapi.responses import JSONResponse
 
 from coda.service import create_service_app
 from worker import __version__
-from worker.guest import routes_coda, routes_grass, routes_osworld, routes_scienceboard
+from worker.guest import (
+    routes_celestia,
+    routes_coda,
+    routes_grass,
+    routes_osworld,
+    routes_scienceboard,
+)
 from worker.guest.capture import DisplayUnavailable, keep_large_buffers
 from worker.guest.responses import AUTHENTICATED
 from worker.guest.settings import GuestSettings
@@ -47,6 +53,6 @@ def create_app(settings: GuestSettings) -> FastAPI:
     app.include_router(routes_coda.health_router)
     auth = [Depends(require_token)]
     for router in (routes_osworld.router, routes_scienceboard.router, routes_coda.router,
-                   routes_grass.router):
+                   routes_grass.router, routes_celestia.router):
         app.include_router(router, dependencies=auth, responses=AUTHENTICATED)
     return app

@@ -93,7 +93,8 @@ def run_checkers(ctx: TaskContext, end: EpisodeEnd) -> CheckOutcome:
     """Every checker of the task (stop items first, as ScienceBoard evaluates them)."""
     items = [e.model_dump() for e in ctx.task.evaluators]
     items.sort(key=lambda i: i.get("type") != "stop")
-    for dump in ("chimerax_states", "grass_dump", "kalgebra_state"):  # fresh per evaluation
+    # fresh per evaluation
+    for dump in ("celestia_dump", "chimerax_states", "grass_dump", "kalgebra_state"):
         ctx.scratch.pop(dump, None)
     results = [run_item(ctx, item, end) for item in items]
     return CheckOutcome(verdict=combine(results), results=results)

@@ -9,8 +9,10 @@ number variable compared with non-number text (a complex value: the panel shows 
 GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
 except tasks whose expected values are facts of ScienceBoard's real data sets
 (:func:`worker.tasks.adapters.grass.data_blocker`); ChimeraX, Lean and the other applications
-need ScienceBoard's images (ChimeraX and Celestia are not in Debian, Lean needs their Lean
-project).
+need ScienceBoard's images (ChimeraX is not in Debian, Lean needs their Lean project); Celestia
+is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its answer tasks counted
+where this build's data gives the expected answer
+(:func:`worker.tasks.adapters.celestia.data_blocker`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
 from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
+from worker.providers.image import celestia as celestia_build
 from worker.tasks.adapters import app_checker, app_step
+from worker.tasks.adapters.celestia import data_blocker as celestia_data_blocker
 from worker.tasks.adapters.grass import FALLBACK_TERMINAL, GRASS, TERMINAL, data_blocker
 from worker.tasks.checkers import GENERIC_CHECKERS
 from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
@@ -35,10 +39,10 @@ LOCAL_NEEDS: dict[str, tuple[str, ...]] = {
     "kalgebra": ("kalgebra", "calgebra", "dbus-daemon", "/usr/bin/python3"),
     "texstudio": ("texstudio", "pdflatex", "bibtex"),
     "grassgis": ("grass", "xterm", "/usr/bin/python3"),
+    "celestia": ("wmctrl",),
 }
 LOCAL_ABSENT: dict[str, str] = {
     "chimerax": "ChimeraX is not in Debian: its tasks need ScienceBoard's image",
-    "celestia": "Celestia is not in Debian: its tasks need ScienceBoard's image",
     "lean": "Lean tasks need ScienceBoard's Lean project (their image)",
 }
 
@@ -90,7 +94,14 @@ def _grass_blocker(task: TaskSpec) -> str | None:
     return data_blocker(task)
 
 
-TASK_RULES: dict[str, Callable[[TaskSpec], str | None]] = {"grassgis": _grass_blocker}
+def _celestia_blocker(task: TaskSpec) -> str | None:
+    if not celestia_build.is_built():
+        return f"Celestia is not built here: {celestia_build.BUILD_HINT}"
+    return celestia_data_blocker(task)
+
+
+TASK_RULES: dict[str, Callable[[TaskSpec], str | None]] = {"grassgis": _grass_blocker,
+                                                         "celestia": _celestia_blocker}
 
 
 def _missing_programs(app: str, which: Callable[[str], str | None]) -> list[str]:
@@ -127,13 +138,13 @@ def local_blocker(task: TaskSpec, which: Callable[[str], str | None] = shutil.wh
         return f"not installed here: {', '.join(missing)}"
     if any(s.func.startswith("chimerax_") for s in task.setup):
         return "its setup needs ChimeraX (not in Debian)"
-    for program in launched_programs(task):
-        if which(program) is None:
-            return f"its setup launches {program}, which is not on the local image"
     task_rule = TASK_RULES.get(app)
     reason = task_rule(task) if task_rule is not None else None
     if reason is not None:
         return reason
+    for program in launched_programs(task):
+        if which(program) is None:
+            return f"its setup launches {program}, which is not on the local image"
     rule = UNREADABLE.get(app)
     for ev in task.evaluators:
         reason = rule(ev.model_dump()) if rule is not None else None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from coda.logging import get_logger
 from worker.providers.base import GUEST_HOME
-from worker.providers.image import grassdata
+from worker.providers.image import celestia, grassdata
 
 log = get_logger(__name__)
 
@@ -70,6 +70,8 @@ class SlotImage:
     command_rewrites: tuple[tuple[str, str], ...] = (
         ("LD_LIBRARY_PATH=/home/user/6.5.0/gcc_64/lib ", ""),  # ScienceBoard's Qt build
         ("/app/bin/kalgebra", "kalgebra"),  # ScienceBoard's patched KAlgebra -> Debian's
+        # ScienceBoard's Celestia package -> the project's build of the same fork
+        (celestia.SCIENCEBOARD_BINARY, str(celestia.binary())),
     )
 
     def rewrites(self, home: Path) -> list[tuple[str, str]]:

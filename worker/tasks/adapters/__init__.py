@@ -5,14 +5,15 @@ the task's own application first, then ``<app>_<name>`` steps of another applica
 from __future__ import annotations
 
 from worker.tasks.adapters.base import AppAdapter, CheckHandler, StepHandler
+from worker.tasks.adapters.celestia import CELESTIA
 from worker.tasks.adapters.chimerax import CHIMERAX
 from worker.tasks.adapters.grass import GRASS
 from worker.tasks.adapters.kalgebra import KALGEBRA
 from worker.tasks.adapters.lean import LEAN
 from worker.tasks.adapters.texstudio import TEXSTUDIO
 
-ADAPTERS: dict[str, AppAdapter] = {a.name.lower(): a for a in (CHIMERAX, GRASS, KALGEBRA,
-                                                                 LEAN, TEXSTUDIO)}
+ADAPTERS: dict[str, AppAdapter] = {a.name.lower(): a for a in (CELESTIA, CHIMERAX, GRASS,
+                                                                 KALGEBRA, LEAN, TEXSTUDIO)}
 
 
 def adapter_for(app: str) -> AppAdapter | None:

@@ -5,12 +5,12 @@ its state. The reader inside the GUI (:mod:`.wxgui_state`) is uploaded to the gu
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from worker.providers.client import GuestError
+from worker.tasks import polling
 from worker.tasks.context import TaskContext
 
 READER = Path(__file__).with_name("wxgui_state.py")
@@ -50,20 +50,9 @@ def call(ctx: TaskContext, op: str, *, timeout_s: float = 30.0, **args: Any) -> 
 
 def wait_for(probe: Callable[[], T | None], what: str, timeout: float) -> T:
     """``probe()``'s first truthy value; :class:`TimeoutError` naming ``what`` after
-    ``timeout`` seconds (an unreachable GUI counts as not yet)."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
-        try:
-            value = probe()
-        except (Unreadable, GuiError) as exc:
-            value, last = None, str(exc)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"GRASS GIS: timed out after {timeout:g} s waiting for {what}"
-                               + (f" (last: {last})" if last else ""))
-        time.sleep(POLL_S)
+    ``timeout`` seconds (an unreachable GRASS GIS's GUI counts as not yet)."""
+    return polling.wait_for(probe, what, timeout, app="GRASS GIS", not_yet=(Unreadable, GuiError),
+                            poll_s=POLL_S)
 
 
 def install_reader(ctx: TaskContext) -> str:

@@ -1,0 +1,166 @@
+"""Scripted solutions of Celestia tasks on the real application: keys sent through the guest
+agent to Celestia's 3D view as a user types them (Celestia's own keyboard commands: Enter, a
+name and Enter selects an object, G goes to it, C centres it, K / Shift+K slow time by 10 / 2,
+Space pauses, R / Shift+R change the texture resolution, Ctrl+S cycles the star style, / and
+Ctrl+B toggle the constellation figures and boundaries; an object's context menu, by its
+mnemonics, shows reference marks), each done when Celestia's state dump shows it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda.actions import Hotkey, Press, RightClick, TypeText
+from coda.contracts.desktop import EpisodeEnd
+from coda.tasks import load_task_file
+from tests.fixtures.waiting import wait_for
+from worker.providers.base import Desktop
+from worker.providers.image import celestia as build
+from worker.tasks import TaskContext, run_setup
+from worker.tasks.adapters.celestia import app, near_and_still
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "Celestia"
+WAIT_S = 90.0
+BODY, STAR = 2, 1
+
+Solution = Callable[[Desktop, TaskContext], EpisodeEnd]
+
+
+def require_build() -> None:
+    """Skip (fail under CI=true) when this checkout's Celestia is not built."""
+    if build.is_built():
+        return
+    line = (f"Celestia is not built for this checkout ({build.prefix()}): "
+            f"{build.BUILD_HINT}; scripts/test.sh builds it when its sources are there "
+            "(CODA_CELESTIA_SOURCES, or online)")
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(line)
+    pytest.skip(line)
+
+
+def act(desktop: Desktop, *actions: Any) -> None:
+    for action in actions:
+        result = desktop.act(action)
+        assert result.ok, result.error
+
+
+def state(ctx: TaskContext, *entities: tuple[str, int]) -> dict[str, Any]:
+    return app.dump(ctx, [{"name": n, "type": t} for n, t in entities])
+
+
+def keys_until(text: str, done: Callable[[dict[str, Any]], bool], what: str,
+               *, hotkey: list[str] | None = None, most: int = 4) -> Solution:
+    """Type ``text`` (or press ``hotkey``) until ``done(dump)`` holds, at most ``most`` times,
+    waiting after each for the state to change."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        for _ in range(most):
+            if done(state(ctx)):
+                break
+            before = state(ctx)["config"]
+            act(desktop, Hotkey(keys=hotkey) if hotkey else TypeText(text=text))
+            wait_for(changed(ctx, before), f"{what}: the state to change", WAIT_S)
+        wait_for(lambda: done(state(ctx)), what, WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def changed(ctx: TaskContext, before: dict[str, Any]) -> Callable[[], bool]:
+    return lambda: bool(state(ctx)["config"] != before)
+
+
+def keys(*actions: Any, done: Callable[[dict[str, Any]], bool], what: str) -> Solution:
+    """Send ``actions``; done when ``done(dump)`` holds."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        act(desktop, *actions)
+        wait_for(lambda: done(state(ctx)), what, WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def select(desktop: Desktop, name: str) -> None:
+    """Enter, the object's name, Enter: Celestia selects it."""
+    act(desktop, Press(key="enter"), TypeText(text=name), Press(key="enter"))
+
+
+def go_to(name: str, kind: int = BODY) -> Solution:
+    """Select ``name`` and go to it (G); done when the observer has arrived (within 10 radii
+    of its surface and no longer moving towards it)."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        select(desktop, name)
+        act(desktop, TypeText(text="g"))
+        last: list[float | None] = [None]
+
+        def arrived() -> bool:
+            entity = state(ctx, (name, kind))["entity"][name]
+            done = near_and_still(last[0], entity, 10.0)
+            last[0] = float(entity["distance"])
+            return done
+
+        wait_for(arrived, f"the observer at {name}", WAIT_S, interval=0.5)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def centre(name: str, kind: int = BODY, *, zoom: bool = False) -> Solution:
+    """Select ``name`` and centre it in the view (C); done when the dump says it is visible
+    (Celestia's pick in its direction finds it). Right after a goto's arrival Celestia may
+    still drop a C (the journey's last moment), so C is pressed again while the object is not
+    yet in view, as a user would; with ``zoom`` the field of view is narrowed too (``,``): from
+    Pluto, Sol's pick finds the inner planets beside it until the view is narrow enough."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        select(desktop, name)
+
+        def in_view() -> bool:
+            if state(ctx, (name, kind))["entity"][name]["visible"]:
+                return True
+            act(desktop, TypeText(text="c,") if zoom else TypeText(text="c"))
+            return False
+
+        wait_for(in_view, f"{name} centred and visible", WAIT_S, interval=2.0)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
+    """Right-click the object in the middle of the 3D view (where a goto leaves it; the view is
+    right of the Celestial Browser, so two thirds across the window), then its context menu's
+    Reference Marks submenu (R) and the mark's mnemonic; done when the dump shows the mark."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        window = app.main_window(ctx)
+        assert window is not None, "no Celestia main window"
+        act(desktop, RightClick(x=window.x + window.width * 2 // 3,
+                                y=window.y + window.height // 2),
+            TypeText(text=f"r{mnemonic}"))
+        wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["mark"][mark],
+                 f"{name}'s {mark} shown", WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def then(*solutions: Solution) -> Solution:
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        end = EpisodeEnd(kind="DONE")
+        for s in solutions:
+            end = s(desktop, ctx)
+        return end
+    return solve
+
+
+def answer(text: str) -> Solution:
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        return EpisodeEnd(kind="ANS", answer=text)
+    return solve
+
+
+def setup_task(desktop: Desktop, name: str) -> TaskContext:
+    """Task ``name`` set up from its file on a freshly reset slot."""
+    task = load_task_file(TASKS / f"{name}.json")
+    desktop.reset()
+    ctx = TaskContext.for_desktop(desktop, task)
+    report = run_setup(ctx)
+    assert report.ok, report.first_problem
+    return ctx
