@@ -154,7 +154,7 @@ def _up_embedded(home: Path) -> None:
     page = httpx.get(f"http://127.0.0.1:{port}/").text
     assert "scienceboard-demo" in page
     batch = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["items"][0]
-    assert batch["progress"]["total"] == 136  # every bundled task once (--demo-rollouts 1)
+    assert batch["progress"]["total"] == 169  # every bundled task once (33 Celestia)
     out = ctrl_c(proc)
     assert "postgres.stopped" in out and "redis.stopped" in out
     with pytest.raises(httpx.HTTPError):
