@@ -44,3 +44,14 @@ def test_the_key_is_the_script_s() -> None:
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == build.key()
     assert build.binary().parent.parent == build.prefix()
+
+
+def test_without_the_script_there_is_no_build(monkeypatch, tmp_path) -> None:
+    """The desktop image holds the worker package but not scripts/: importing it must work."""
+    monkeypatch.setattr(build, "SCRIPT", tmp_path / "celestia.sh")
+    build.key.cache_clear()
+    try:
+        assert build.key() == "none"
+        assert not build.is_built({"CODA_CELESTIA_DIR": str(tmp_path)})
+    finally:
+        build.key.cache_clear()

@@ -35,7 +35,11 @@ def root(env: dict[str, str] | None = None) -> Path:
 @lru_cache(maxsize=1)
 def key() -> str:
     """The script's ``<key>``: sha256 of ``"<fork sha256> <content sha256>\\n"``, the patches
-    in order, then the script; its first 12 hex digits."""
+    in order, then the script; its first 12 hex digits. Where the script is not there (the
+    desktop image holds the worker package only, and no Celestia yet) there is no build:
+    ``"none"``."""
+    if not SCRIPT.is_file():
+        return "none"
     script = SCRIPT.read_bytes()
     sums = {name: value for name, value in
             re.findall(rb"^(FORK_SHA256|CONTENT_SHA256)=([0-9a-f]{64})$", script, re.M)}
