@@ -163,16 +163,17 @@ def _add_learn() -> None:
     """``coda learn`` needs the worker, the trainer and the model services (their packages
     and extras); an image without one of them has a ``learn`` that says which."""
     absent = [package for package in _LEARN_PACKAGES if importlib.util.find_spec(package) is None]
-    try:
-        if absent:
-            raise ModuleNotFoundError(f"the {absent[0]} package is not installed", name=absent[0])
-        from coda_app.learning.cli import learn
-    except ImportError as exc:
-        from coda.modelservice.imports import missing_package
+    reason = f"the {absent[0]} package is not installed" if absent else ""
+    if not reason:
+        try:
+            from coda_app.learning.cli import learn
+        except ImportError as exc:
+            from coda.modelservice.imports import missing_package
 
-        if not absent and missing_package(exc) is None:
-            raise
-        reason = str(exc)
+            if missing_package(exc) is None:
+                raise
+            reason = str(exc)
+    if reason:
 
         def learn_missing() -> None:
             """The closed loop (not installed here)."""
