@@ -7,14 +7,20 @@
   does the same for ``except Exception``);
 * tests wait on state through :mod:`tests.fixtures.waiting` only: no loop of their own that
   sleeps and polls;
-* tests build their screenshots with :mod:`tests.fixtures.images` only.
+* tests build their screenshots with :mod:`tests.fixtures.images` only;
+* a set of statuses is spelled in SQL in :mod:`master.db.statuses` only (from the enums);
+  migrations, frozen history, keep theirs.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from coda.contracts.records import BatchStatus, EpisodeStatus, JobStatus
+from coda.contracts.training import GroupStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [p for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name != "tests"]
@@ -96,3 +102,22 @@ def test_tests_build_images_in_one_place() -> None:
             if chunk or encoded:
                 bad.append(f"{where}:{node.lineno}")
     assert not bad, "an image encoded outside tests/fixtures/images.py:\n" + "\n".join(bad)
+
+
+STATUSES = "|".join(sorted({s.value for e in (JobStatus, EpisodeStatus, BatchStatus, GroupStatus)
+                            for s in e}))
+STATUS_LIST = re.compile(rf"'(?:{STATUSES})'\s*,\s*'(?:{STATUSES})'")
+STATUS_SQL = ROOT / "master" / "db" / "statuses.py"
+MIGRATIONS = ROOT / "master" / "migrations" / "versions"
+
+
+def test_status_sets_are_spelled_in_sql_once() -> None:
+    bad = []
+    for folder in CODE:
+        for path in sorted(folder.rglob("*.py")):
+            if path == STATUS_SQL or path.is_relative_to(MIGRATIONS):
+                continue
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                if STATUS_LIST.search(line):
+                    bad.append(f"{path.relative_to(ROOT)}:{no}")
+    assert not bad, "a status set written in SQL (use master.db.statuses):\n" + "\n".join(bad)

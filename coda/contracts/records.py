@@ -45,6 +45,11 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+ACTIVE_JOB_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.LEASED})
+"""Jobs still in the queue (the Redis queue is rebuilt from them); every other status is
+terminal."""
+
+
 class EpisodeStatus(StrEnum):
     """Life of one rollout. ``completed`` means it ran to the end; ``success`` says how it did."""
 
@@ -53,6 +58,11 @@ class EpisodeStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+FINISHED_EPISODE_STATUSES = frozenset({EpisodeStatus.COMPLETED, EpisodeStatus.FAILED})
+"""Rollouts that ran to their end, the ones the scores count (cancelled is terminal too, but
+does not count)."""
 
 
 class BatchStatus(StrEnum):

@@ -24,6 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from master.db.statuses import ACTIVE_JOBS
+
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSONB, uuid.UUID: UUID(as_uuid=True),
@@ -78,7 +80,7 @@ class JobRow(Base):
     updated_at: Mapped[datetime] = mapped_column(server_default=_now())
 
     __table_args__ = (
-        Index("ix_jobs_active", "kind", "status", postgresql_where="status in ('queued','leased')"),
+        Index("ix_jobs_active", "kind", "status", postgresql_where=ACTIVE_JOBS),
         Index("ix_jobs_batch", "batch_id"),
     )
 

@@ -14,6 +14,7 @@ from coda.contracts.services_api import BASE_VERSION
 from coda.contracts.training import Verdict
 from coda.scoring import Outcome
 from master.db.pg import Conn, page
+from master.db.statuses import FINISHED_EPISODES
 from master.errors import BatchNotFound
 from master.repos import steps as step_rows
 
@@ -59,7 +60,7 @@ async def version_outcomes(conn: Conn, batch_id: uuid.UUID | None) -> list[tuple
     cond, args = ("and batch_id = $2", [batch_id]) if batch_id else ("", [])
     rows = await conn.fetch(
         "select coalesce(planner_version, $1) v, coalesce(success, false) s from episodes "
-        f"where status in ('completed', 'failed') {cond} "
+        f"where {FINISHED_EPISODES} {cond} "
         "order by min(finished_at) over (partition by planner_version), finished_at",
         BASE_VERSION, *args)
     return [(r["v"], r["s"]) for r in rows]
@@ -70,7 +71,7 @@ async def outcomes(conn: Conn, batch_id: uuid.UUID | None) -> list[Outcome]:
     cond, args = ("and batch_id = $1", [batch_id]) if batch_id else ("", [])
     rows = await conn.fetch(
         "select app, task_id, batch_id, coalesce(success, false) s from episodes "
-        f"where status in ('completed', 'failed') {cond}", *args)
+        f"where {FINISHED_EPISODES} {cond}", *args)
     return [Outcome(app=r["app"], task_id=f"{r['batch_id']}:{r['task_id']}", success=r["s"])
             for r in rows]
 

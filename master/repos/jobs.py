@@ -13,6 +13,7 @@ import asyncpg
 from coda.contracts.master_api import JobState
 from coda.contracts.records import JobKind, JobStatus
 from master.db.pg import Conn
+from master.db.statuses import ACTIVE_JOBS
 from master.errors import JobNotFound, LeaseLost
 
 
@@ -199,8 +200,8 @@ async def cancel_batch(conn: asyncpg.Connection, batch_id: uuid.UUID) -> list[as
     """Cancel the batch's queued and leased jobs and their episodes (call inside the cancel's
     transaction); the cancelled jobs' id and kind."""
     rows = list(await conn.fetch(
-        "with locked as (select id from jobs where batch_id = $1 and status in "
-        "('queued', 'leased') order by id for update) "
+        f"with locked as (select id from jobs where batch_id = $1 and {ACTIVE_JOBS} "
+        "order by id for update) "
         "update jobs set status = 'cancelled', lease_token = null, lease_expires_at = null, "
         "updated_at = now() from locked where jobs.id = locked.id returning jobs.id, jobs.kind",
         batch_id))
@@ -214,7 +215,7 @@ async def active_counts(conn: Conn) -> dict[tuple[str, str], int]:
     """(kind, status) -> number of queued and leased jobs: the one count behind the status
     page, the metrics and the queue check."""
     rows = await conn.fetch("select kind, status, count(*) n from jobs "
-                            "where status in ('queued', 'leased') group by kind, status")
+                            f"where {ACTIVE_JOBS} group by kind, status")
     return {(r["kind"], r["status"]): r["n"] for r in rows}
 
 
@@ -222,7 +223,7 @@ async def active(conn: Conn) -> list[asyncpg.Record]:
     """Every queued or leased job (for rebuilding the Redis queue)."""
     return list(await conn.fetch(
         "select id, kind, status, priority, seq, lease_token, lease_expires_at from jobs "
-        "where status in ('queued', 'leased')"))
+        f"where {ACTIVE_JOBS}"))
 
 
 async def state(conn: Conn, job_id: uuid.UUID) -> JobState:
