@@ -21,8 +21,8 @@ MIGRATION = Path(statuses.__file__).parents[1] / "migrations/versions/0001_initi
 
 
 def test_the_active_jobs_literal_is_the_enums_set() -> None:
-    assert ACTIVE_JOBS == status_in(ACTIVE_JOB_STATUSES)
-    assert FINISHED_EPISODES == status_in(FINISHED_EPISODE_STATUSES)
+    assert status_in(ACTIVE_JOB_STATUSES) == ACTIVE_JOBS
+    assert status_in(FINISHED_EPISODE_STATUSES) == FINISHED_EPISODES
 
 
 def test_the_partial_index_names_the_active_jobs_predicate() -> None:
