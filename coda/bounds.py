@@ -34,6 +34,11 @@ MAX_TOKENS = 32_768
 """Tokens one sampled plan may have (the services' ``max_tokens`` bound)."""
 MAX_SLOTS = 10_000
 """Slots of one worker."""
+MAX_ERROR_TEXT = 10_000
+"""Characters of an error message a peer reports or stores (a failed job's, a GRASS command's);
+a longer one is cut to it."""
+MAX_METRICS_READ = 10_000
+"""Trainer updates one read of the training metrics returns."""
 MAX_GROUP_SIZE = 64
 """Candidates of one GRPO group (the planner samples at most 64 plans per call)."""
 MAX_LIST = 1_000

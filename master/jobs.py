@@ -19,6 +19,7 @@ from typing import Any, Literal
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
+from coda.bounds import MAX_ERROR_TEXT
 from coda.contracts.jobs import (
     EpisodeResult,
     GroupJobPayload,
@@ -139,7 +140,7 @@ async def _fail_unfit(pg: asyncpg.Pool, queue: RedisQueue, row: asyncpg.Record,
     contract said so) fails its job for good: no worker could run it."""
     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                          for e in exc.errors()[:5])
-    error = f"payload: does not fit the {row['kind']} job contract ({problems})"[:10_000]
+    error = f"payload: does not fit the {row['kind']} job contract ({problems})"[:MAX_ERROR_TEXT]
     log.warning("queue.payload_unfit", job=str(row["id"]), kind=row["kind"], error=error)
     async with pg.acquire() as conn, conn.transaction():
         await job_rows.settle(conn, [row["id"]], final=True, error=error)

@@ -9,7 +9,8 @@
   sleeps and polls;
 * tests build their screenshots with :mod:`tests.fixtures.images` only;
 * a set of statuses is spelled in SQL in :mod:`master.db.statuses` only (from the enums);
-  migrations, frozen history, keep theirs.
+  migrations, frozen history, keep theirs;
+* the text and pixel bounds (``10_000``, ``16_384``) are written in :mod:`coda.bounds` only.
 """
 
 from __future__ import annotations
@@ -121,3 +122,22 @@ def test_status_sets_are_spelled_in_sql_once() -> None:
                 if STATUS_LIST.search(line):
                     bad.append(f"{path.relative_to(ROOT)}:{no}")
     assert not bad, "a status set written in SQL (use master.db.statuses):\n" + "\n".join(bad)
+
+
+BOUNDS = ROOT / "coda" / "bounds.py"
+BOUND_VALUES = {10_000, 16_384}
+OTHER_MEANINGS = {
+    ("coda/inference/encoding.py", 16_384): "Qwen2.5-VL's budget of image patches",
+    ("benchmarks/master_batch.py", 10_000): "the benchmark's batch size",
+}
+
+
+def test_bounds_are_written_in_coda_bounds_only() -> None:
+    bad = []
+    for where, tree in trees(*CODE):
+        if where == str(BOUNDS.relative_to(ROOT)):
+            continue
+        bad += [f"{where}:{n.lineno} {n.value}" for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and type(n.value) is int
+                and n.value in BOUND_VALUES and (where, n.value) not in OTHER_MEANINGS]
+    assert not bad, "a bound written out (use coda.bounds):\n" + "\n".join(bad)

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from coda.bounds import MAX_ERROR_TEXT
 from coda.clients.base import ServiceError, after_hint
 from coda.clients.executor import ExecutorClient
 from coda.clients.judge import JudgeClient
@@ -369,7 +370,7 @@ class Worker:
         log.warning("job.failed", job=str(job.id), kind=job.kind.value, attempt=job.attempt,
                     error=error[:500], retry=retry)
         try:
-            await self.master.fail(job, error[:10_000], retry=retry)
+            await self.master.fail(job, error[:MAX_ERROR_TEXT], retry=retry)
         except (ServiceError, httpx.TransportError) as exc:  # the lease expiry will requeue it
             log.warning("job.fail_not_reported", job=str(job.id), error=str(exc))
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coda.bounds import MAX_GROUP_SIZE, MAX_SLOTS
+from coda.bounds import MAX_ERROR_TEXT, MAX_GROUP_SIZE, MAX_SLOTS
 from coda.contracts.coverage import CoverageReport
 from coda.contracts.desktop import ProviderState
 from coda.contracts.jobs import (
@@ -265,7 +265,7 @@ JobComplete = Annotated[EpisodeJobComplete | JudgeJobComplete | GroupJobComplete
 
 
 class JobFail(LeaseToken):
-    error: str = Field(min_length=1, max_length=10_000)
+    error: str = Field(min_length=1, max_length=MAX_ERROR_TEXT)
     retry: bool = Field(default=True, description="requeue if attempts remain")
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from coda.actions import Action
-from coda.bounds import MAX_TOKENS
+from coda.bounds import MAX_TOKENS, Pixels
 from coda.contracts.history import MAX_HISTORY as MAX_HISTORY
 from coda.contracts.history import MAX_TEXT as MAX_TEXT
 from coda.contracts.history import SCREENSHOT_KEY as SCREENSHOT_KEY
@@ -113,8 +113,8 @@ class ActRequest(BaseModel):
     thought: Text = Field(min_length=1, max_length=MAX_TEXT)
     screenshot: ImageRef
     history: list[HistoryStep] = Field(default_factory=list, max_length=MAX_HISTORY)
-    screen_width: int = Field(default=1280, ge=1, le=16_384)
-    screen_height: int = Field(default=800, ge=1, le=16_384)
+    screen_width: Pixels = 1280
+    screen_height: Pixels = 800
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
 
 
@@ -126,8 +126,8 @@ class ActBatchRequest(BaseModel):
         min_length=1, max_length=MAX_SAMPLES)
     screenshot: ImageRef
     history: list[HistoryStep] = Field(default_factory=list, max_length=MAX_HISTORY)
-    screen_width: int = Field(default=1280, ge=1, le=16_384)
-    screen_height: int = Field(default=800, ge=1, le=16_384)
+    screen_width: Pixels = 1280
+    screen_height: Pixels = 800
     sampling: Sampling = Field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
 
 

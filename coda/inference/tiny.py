@@ -24,7 +24,7 @@ from transformers import (
     Qwen2VLImageProcessorPil,
 )
 
-from coda.inference.encoding import ensure_processor_workaround
+from coda.inference.encoding import DEFAULT_MAX_PIXELS, ensure_processor_workaround
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -107,7 +107,7 @@ def build_processor(tokenizer: PreTrainedTokenizerFast) -> Qwen2_5_VLProcessor:
     ensure_processor_workaround()
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=14, temporal_patch_size=2, merge_size=2,
-        min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28,
+        min_pixels=4 * 28 * 28, max_pixels=DEFAULT_MAX_PIXELS,
         image_mean=[0.48145466, 0.4578275, 0.40821073],
         image_std=[0.26862954, 0.26130258, 0.27577711],
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from coda.bounds import MAX_METRICS_READ
 from coda.contracts.records import JudgedTrajectoryList
 from coda.contracts.training import (
     TrainingMetricsList,
@@ -35,7 +36,7 @@ async def report_metrics(body: TrainingMetricsReport, core: State, _: WorkerAuth
 
 @router.get("/training/metrics")
 async def list_metrics(core: State, _: Reader, run: Name = None, planner_version: Name = None,
-                       limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+                       limit: Annotated[int, Query(ge=1, le=MAX_METRICS_READ)] = 1000,
                        ) -> TrainingMetricsList:
     """The latest updates' figures, oldest first (optionally of one run or version)."""
     return TrainingMetricsList(items=await training.list_metrics(
@@ -46,7 +47,7 @@ async def list_metrics(core: State, _: Reader, run: Name = None, planner_version
 async def by_version(core: State, _: Reader, run: Name = None) -> list[VersionTraining]:
     """Per planner version: updates trained from it, mean and last figures."""
     items = await training.list_metrics(core.pg, run=run, planner_version=None,
-                                        limit=10_000)
+                                        limit=MAX_METRICS_READ)
     return training.summarize(items)
 
 

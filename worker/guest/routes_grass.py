@@ -20,6 +20,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from coda.bounds import MAX_ERROR_TEXT
 from worker.guest.responses import guest_errors
 from worker.guest.state import StateDep
 
@@ -62,7 +63,7 @@ class GrassRequest(BaseModel):
 class GrassReply(BaseModel):
     ok: bool
     result: Any = None
-    error: str | None = Field(default=None, max_length=10_000)
+    error: str | None = Field(default=None, max_length=MAX_ERROR_TEXT)
 
 
 def socket_path(env: dict[str, str]) -> Path:
@@ -107,4 +108,5 @@ def grass(body: GrassRequest, state: StateDep) -> Any:
         return JSONResponse({"error": f"GRASS GIS's state reader at {path}: {exc}"},
                             status_code=502)
     return GrassReply(ok=bool(reply.get("ok")), result=reply.get("result"),
-                      error=None if reply.get("error") is None else str(reply["error"])[:10_000])
+                      error=None if reply.get("error") is None
+                      else str(reply["error"])[:MAX_ERROR_TEXT])
