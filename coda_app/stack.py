@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import SecretStr
 
+from coda.inference.spec import BackendSpec
 from coda.logging import get_logger
 from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess
@@ -48,26 +49,16 @@ ModelsMode = Literal["tiny", "replay"]
 ROLES = ("planner", "executor", "judge")
 
 
-@dataclass
-class ModelChoice:
-    """What serves one role: a local model directory (transformers), a served model name at
-    an OpenAI-compatible ``url``, or a replay file."""
+def is_tiny(spec: BackendSpec) -> bool:
+    """The tiny random model, here or served by vLLM (``coda up --vllm``): small images and
+    outputs keep its garbage short."""
+    return spec.backend in ("transformers", "openai") and "tiny-qwen25vl" in spec.model
 
-    backend: Literal["transformers", "openai", "replay"]
-    model: str
-    url: str | None = None
 
-    @property
-    def is_tiny(self) -> bool:
-        """The tiny random model, here or served by vLLM (``coda up --vllm``): small images
-        and outputs keep its garbage short."""
-        return self.backend in ("transformers", "openai") and "tiny-qwen25vl" in self.model
-
-    def spec(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"backend": self.backend, "model": self.model}
-        if self.url:
-            out["base_url"] = self.url
-        return out
+def chosen(spec: BackendSpec) -> dict[str, Any]:
+    """The fields the stack chose (backend, model, URL): a service's own settings (its
+    environment) give the rest."""
+    return spec.model_dump(exclude_unset=True)
 
 
 @dataclass
@@ -109,32 +100,33 @@ def tiny_model_dir(home: Path) -> Path:
     return out
 
 
-def choose_models(cfg: StackConfig) -> dict[str, ModelChoice]:
+def choose_models(cfg: StackConfig) -> dict[str, BackendSpec]:
     """What serves each role (pure, given the tiny model's directory when it is needed)."""
-    out: dict[str, ModelChoice] = {}
+    out: dict[str, BackendSpec] = {}
     for role in ROLES:
         url = cfg.model_urls.get(role)
         given = cfg.model_dirs.get(role)
         if url:
-            out[role] = ModelChoice("openai", given or role, url)
+            out[role] = BackendSpec(backend="openai", model=given or role, base_url=url)
         elif given:
-            out[role] = ModelChoice("transformers", given)
+            out[role] = BackendSpec(backend="transformers", model=given)
         elif cfg.models == "replay":
-            out[role] = ModelChoice("replay", str(REPLAYS / f"demo.{role}.json"))
+            out[role] = BackendSpec(backend="replay", model=str(REPLAYS / f"demo.{role}.json"))
         else:
-            out[role] = ModelChoice("transformers", str(tiny_model_dir(cfg.home)))
+            out[role] = BackendSpec(backend="transformers",
+                                    model=str(tiny_model_dir(cfg.home)))
     return out
 
 
-def uses_tiny(choices: dict[str, ModelChoice]) -> bool:
-    return any(c.is_tiny for c in choices.values())
+def uses_tiny(choices: dict[str, BackendSpec]) -> bool:
+    return any(is_tiny(c) for c in choices.values())
 
 
-def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
+def service_settings(role: str, choice: BackendSpec, cfg: StackConfig) -> Any:
     common: dict[str, Any] = {"artifacts_url": str(cfg.artifacts),
                               "inference_tokens": [cfg.service_token],
                               "admin_token": cfg.service_admin_token}
-    tiny = choice.is_tiny
+    tiny = is_tiny(choice)
     if tiny:
         common["max_pixels"] = 56 * 56
     if role == "planner":
@@ -144,16 +136,16 @@ def service_settings(role: str, choice: ModelChoice, cfg: StackConfig) -> Any:
         if cfg.vllm:
             pull = {"master_url": cfg.master_url, "master_token": cfg.worker_token,
                     "version_poll_s": 2.0}
-        return PlannerSettings(**choice.spec(), **common, **pull,
+        return PlannerSettings(**chosen(choice), **common, **pull,
                                adapter_cache_dir=str(cfg.home / "adapter-cache"))
     if role == "executor":
         from executor_service.settings import ExecutorSettings
 
-        return ExecutorSettings(**choice.spec(), **common)
+        return ExecutorSettings(**chosen(choice), **common)
     from judge_service.settings import JudgeModelSpec, JudgeSettings
 
     extra: dict[str, Any] = {"max_pixels": 56 * 56} if tiny else {}
-    spec = JudgeModelSpec(name="judge", **choice.spec(), **extra)
+    spec = JudgeModelSpec(name="judge", **chosen(choice), **extra)
     common.pop("max_pixels", None)
     if tiny:
         common["max_tokens"] = 64
@@ -185,7 +177,7 @@ class Stack:
         self.services: dict[str, ServiceProcess] = {}
         self.worker: subprocess.Popen[bytes] | None = None
         self.trainer: subprocess.Popen[bytes] | None = None
-        self.choices: dict[str, ModelChoice] = {}
+        self.choices: dict[str, BackendSpec] = {}
         self.vllm: VllmServers | None = None
         self._specs: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._stopping = False
@@ -204,7 +196,8 @@ class Stack:
         if self.cfg.vllm:
             self.vllm = start_servers(tiny_model_dir(self.cfg.home), self.cfg.logs)
             for role, url in self.vllm.urls.items():
-                self.choices[role] = ModelChoice("openai", VLLM_SERVED_NAME, url)
+                self.choices[role] = BackendSpec(backend="openai", model=VLLM_SERVED_NAME,
+                                                 base_url=url)
         for role, choice in self.choices.items():
             if self._stopping:
                 return

@@ -25,7 +25,7 @@ from coda_app.vllm import Role, ServeConfig, install, start_server, stop_server,
 log = get_logger("coda_app.stack_vllm")
 
 SERVED_NAME = "tiny-qwen25vl"
-"""The name the tiny model is served under (``ModelChoice.is_tiny`` recognises it)."""
+"""The name the tiny model is served under (``coda_app.stack.is_tiny`` recognises it)."""
 TINY_MAX_PIXELS = 56 * 56
 MAX_MODEL_LEN = 8192
 SERVERS: dict[str, tuple[Role, tuple[str, ...]]] = {

@@ -6,13 +6,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 from coda.contracts.master_api import StatusReport
 from coda.contracts.records import Batch, BatchProgress, BatchStatus, JobKind, Worker
+from coda.inference.spec import BackendSpec
 from coda.tasks import load_tasks
 from coda_app.liveview import one_line, render, summary
-from coda_app.stack import TINY_DEMO_TASKS, StackConfig, choose_models
+from coda_app.stack import TINY_DEMO_TASKS, StackConfig, choose_models, is_tiny, service_settings
 
 
 def _cfg(tmp_path: Path, **kw: object) -> StackConfig:
@@ -27,8 +29,22 @@ def test_models_come_from_urls_dirs_or_replays(tmp_path: Path) -> None:
     got = choose_models(cfg)
     assert got["planner"].backend == "replay" and Path(got["planner"].model).is_file()
     assert (got["executor"].backend, got["executor"].model) == ("transformers", "/models/uitars")
-    assert got["judge"].spec() == {"backend": "openai", "model": "judge",
-                                   "base_url": "http://vllm:8000/v1"}
+    assert got["judge"] == BackendSpec(backend="openai", model="judge",
+                                       base_url="http://vllm:8000/v1")
+
+
+def test_a_service_takes_the_chosen_fields_and_its_environment_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stack hands a service only what it chose (backend, model, URL): a device or dtype
+    set in the service's environment still holds."""
+    monkeypatch.setenv("CODA_EXECUTOR_DEVICE", "cuda:1")
+    cfg = _cfg(tmp_path, models="replay")
+    choice = choose_models(cfg)["executor"]
+    settings = service_settings("executor", choice, cfg)
+    assert (settings.backend, settings.model, settings.device) \
+        == ("replay", choice.model, "cuda:1")
+    assert not is_tiny(choice)
+    assert is_tiny(BackendSpec(backend="transformers", model=str(tmp_path / "tiny-qwen25vl")))
 
 
 def test_the_tiny_demo_needs_only_the_local_image_apps() -> None:
