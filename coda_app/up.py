@@ -13,14 +13,13 @@ from typing import Annotated
 
 import httpx
 import typer
-from pydantic import SecretStr
 from rich.console import Console
 
 from coda.logging import configure_logging, get_logger
 from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_logs
 from coda_app.embedded.postgres import EmbeddedPostgres
 from coda_app.embedded.redis import EmbeddedRedis
-from coda_app.secrets_file import local_service_tokens
+from coda_app.secrets_file import local_secrets
 from coda_app.supervise import Child, GaveUp, Supervisor
 
 console = Console(stderr=True)
@@ -117,12 +116,12 @@ def up(
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=json_logs(log_format))
     demo = wants_demo(demo, master_only=master_only)
     home = home.resolve()
-    tokens = local_service_tokens(home)
+    tokens = local_secrets(home)
     exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops everything
     with embedded_services(home) as urls:
         settings = MasterSettings(
             database_url=urls.database_url, redis_url=urls.redis_url,
-            admin_token=tokens["admin_token"], worker_tokens=[tokens["worker_token"]],
+            admin_token=tokens.admin_token, worker_tokens=[tokens.worker_token],
             artifacts_url=str(home / "artifacts"), coverage_file=_local_coverage(home))
         supervisor = Supervisor(store_children(urls.servers))
         server = uvicorn.Server(uvicorn.Config(
@@ -135,10 +134,9 @@ def up(
             from coda_app.stack import Stack, StackConfig
 
             stack = Stack(StackConfig(
-                home=home, master_url=url, admin_token=SecretStr(tokens["admin_token"]),
-                worker_token=SecretStr(tokens["worker_token"]),
-                service_token=SecretStr(tokens["service_token"]),
-                service_admin_token=SecretStr(tokens["service_admin_token"]),
+                home=home, master_url=url, admin_token=tokens.admin_token,
+                worker_token=tokens.worker_token, service_token=tokens.service_token,
+                service_admin_token=tokens.service_admin_token,
                 models=models,  # type: ignore[arg-type]
                 model_dirs={"planner": planner_model, "executor": executor_model,
                             "judge": judge_model},
@@ -192,10 +190,11 @@ def up(
                     console.print("[green]model services, worker"
                                   + (", trainer" if train else "") + " up[/]")
                 if demo:
-                    await _submit_demo(url, tokens["admin_token"], demo_rollouts,
+                    await _submit_demo(url, tokens.admin_token.get_secret_value(), demo_rollouts,
                                        models if stack is not None else "scienceboard")
                 show = console.is_terminal if live is None else live
-                view = asyncio.create_task(_watch(url, tokens["admin_token"], supervisor, show))
+                view = asyncio.create_task(_watch(url, tokens.admin_token.get_secret_value(),
+                                                  supervisor, show))
                 await task
             finally:
                 supervisor.close()
