@@ -8,8 +8,9 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
@@ -19,8 +20,12 @@ from coda.logging import configure_logging, get_logger
 from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_logs
 from coda_app.embedded.postgres import EmbeddedPostgres
 from coda_app.embedded.redis import EmbeddedRedis
-from coda_app.secrets_file import local_secrets
+from coda_app.secrets_file import LocalSecrets, local_secrets, secrets_path
 from coda_app.supervise import Child, GaveUp, Supervisor
+
+if TYPE_CHECKING:
+    from coda_app.embedded.services import ServiceUrls
+    from coda_app.stack import ModelsMode, Stack
 
 console = Console(stderr=True)
 log = get_logger("coda_app.up")
@@ -69,6 +74,168 @@ def store_children(servers: Sequence[EmbeddedPostgres | EmbeddedRedis]) -> list[
     return out
 
 
+@dataclass(frozen=True)
+class UpOptions:
+    """What one ``coda up`` runs (the command's options, checked)."""
+
+    home: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    models: ModelsMode = "tiny"
+    model_dirs: dict[str, str | None] = field(default_factory=dict)
+    model_urls: dict[str, str | None] = field(default_factory=dict)
+    slots: int = 2
+    train: bool = False
+    vllm: bool = False
+    demo: bool = True
+    demo_rollouts: int = 2
+    master_only: bool = False
+    live: bool | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def options_problem(models: str, *, vllm: bool, urls: Sequence[str | None]) -> str | None:
+    """Why these options cannot run together (None: they can)."""
+    if models not in ("tiny", "replay"):
+        return f"--models: 'tiny' or 'replay', not {models!r}"
+    if vllm and (models != "tiny" or any(urls)):
+        return "--vllm serves the tiny model: not with --models replay or --*-url"
+    return None
+
+
+class UpStack:
+    """One ``coda up`` over its stores: the master (uvicorn), the supervised children (the
+    embedded stores; the model services, worker and trainer of :class:`coda_app.stack.Stack`
+    unless master-only), the demo batch and the live view. :meth:`run` serves until Ctrl-C,
+    SIGTERM or a child that keeps dying, then stops everything it started."""
+
+    def __init__(self, opts: UpOptions, tokens: LocalSecrets, stores: ServiceUrls) -> None:
+        import uvicorn
+
+        from master.app import create_app
+        from master.settings import MasterSettings
+
+        self.opts = opts
+        self.tokens = tokens
+        self.supervisor = Supervisor(store_children(stores.servers))
+        settings = MasterSettings(
+            database_url=stores.database_url, redis_url=stores.redis_url,
+            admin_token=tokens.admin_token, worker_tokens=[tokens.worker_token],
+            artifacts_url=str(opts.home / "artifacts"),
+            coverage_file=_local_coverage(opts.home))
+        self.server = uvicorn.Server(uvicorn.Config(
+            create_app(settings, supervised=self.supervisor.status), host=opts.host,
+            port=opts.port, log_config=None, access_log=False))
+        self.stack = None if opts.master_only else _model_stack(opts, tokens)
+        self.gave_up: GaveUp | None = None
+
+    @property
+    def admin_token(self) -> str:
+        return self.tokens.admin_token.get_secret_value()
+
+    def run(self) -> bool:
+        """Serve until asked to stop; stop everything; False when a child kept dying."""
+        try:
+            # uvicorn re-raises the Ctrl-C it handled; we are stopping anyway
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(self._serve())
+        finally:
+            self.supervisor.close()
+            if self.stack is not None:
+                console.print("stopping the worker, trainer and model services ...")
+                self.stack.stop()
+        return self.gave_up is None
+
+    async def _serve(self) -> None:
+        """The run loop: the master first; once it listens, the supervision, the model
+        stack, the demo batch and the live view; until the master stops."""
+        serving = asyncio.create_task(self.server.serve())
+        while not self.server.started and not serving.done():
+            await asyncio.sleep(0.1)
+        if not self.server.started:
+            await serving
+            return
+        watching = asyncio.create_task(self._supervise())
+        self._announce()
+        view = None
+        try:
+            if self.stack is not None and not await self._start_stack(self.stack, serving):
+                return
+            if self.opts.demo:
+                await _submit_demo(self.opts.url, self.admin_token, self.opts.demo_rollouts,
+                                   self.opts.models if self.stack is not None else "scienceboard")
+            show = console.is_terminal if self.opts.live is None else self.opts.live
+            view = asyncio.create_task(_watch(self.opts.url, self.admin_token,
+                                              self.supervisor, show))
+            await serving
+        finally:
+            self.supervisor.close()
+            watching.cancel()
+            if view is not None:
+                view.cancel()
+            if not serving.done():
+                self.server.should_exit = True
+                await serving
+
+    def _announce(self) -> None:
+        url, home = self.opts.url, self.opts.home
+        console.print(f"[green]CODA master up[/] at {url}  (dashboard: {url}/)")
+        console.print(f"tokens in {secrets_path(home)}; logs in {home / 'logs'}; "
+                      "Ctrl-C stops everything")
+
+    async def _start_stack(self, stack: Stack, serving: asyncio.Task[None]) -> bool:
+        """Start the model services, the worker and the trainer, and supervise them; False
+        when the master stopped first (Ctrl-C while starting: what started is stopped)."""
+        trainer = self.opts.train
+        console.print("starting the model services, the worker"
+                      + (" and the trainer" if trainer else "") + " ...")
+        starting = asyncio.create_task(asyncio.to_thread(stack.start))
+        await asyncio.wait({starting, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            stack.request_stop()
+            try:
+                await starting
+            except (RuntimeError, OSError, ValueError) as exc:  # a start cut short
+                log.info("stack.start_interrupted", error=str(exc))
+            return False
+        starting.result()  # a service that could not start: its error
+        self.supervisor.children += stack.children()
+        console.print("[green]model services, worker" + (", trainer" if trainer else "")
+                      + " up[/]")
+        return True
+
+    async def _supervise(self) -> None:
+        """Restart what died (backoff); one that keeps dying stops everything."""
+        try:
+            while True:
+                try:
+                    await asyncio.to_thread(self.supervisor.check)
+                except GaveUp:
+                    raise
+                except Exception:  # the loop's top: logged, the next round retries
+                    log.exception("stack.supervise_failed")
+                await asyncio.sleep(SUPERVISE_INTERVAL_S)
+        except GaveUp as exc:
+            self.gave_up = exc
+            console.print(f"[red]{exc}; stopping everything. The end of its log:[/]\n"
+                          f"{exc.tail}")
+            self.server.should_exit = True
+
+
+def _model_stack(opts: UpOptions, tokens: LocalSecrets) -> Stack:
+    from coda_app.stack import Stack, StackConfig
+
+    return Stack(StackConfig(
+        home=opts.home, master_url=opts.url, admin_token=tokens.admin_token,
+        worker_token=tokens.worker_token, service_token=tokens.service_token,
+        service_admin_token=tokens.service_admin_token, models=opts.models,
+        model_dirs=opts.model_dirs, model_urls=opts.model_urls, slots=opts.slots,
+        train=opts.train, vllm=opts.vllm))
+
+
 def up(
     home: Annotated[Path, typer.Option(help="data dir: Postgres, Redis, artifacts")] = DEFAULT_HOME,
     host: Annotated[str, typer.Option(help="bind address of the master")] = "127.0.0.1",
@@ -101,121 +268,26 @@ def up(
     """The whole loop on one machine: embedded Postgres and Redis, the master, the planner /
     executor / judge services, a local worker with Xvfb slots, the trainer (--train) and a
     demo batch. Ctrl-C stops everything; the next start keeps the data."""
-    import uvicorn
-
     from coda_app.embedded import embedded_services, exit_on_sigterm
-    from master.app import create_app
-    from master.settings import MasterSettings
 
-    if models not in ("tiny", "replay"):
-        console.print(f"[red]--models: 'tiny' or 'replay', not {models!r}[/]")
-        raise typer.Exit(2)
-    if vllm and (models != "tiny" or planner_url or executor_url or judge_url):
-        console.print("[red]--vllm serves the tiny model: not with --models replay or --*-url[/]")
+    problem = options_problem(models, vllm=vllm, urls=(planner_url, executor_url, judge_url))
+    if problem:
+        console.print(f"[red]{problem}[/]")
         raise typer.Exit(2)
     configure_logging(os.environ.get("CODA_LOG_LEVEL", "INFO"), json_logs=json_logs(log_format))
-    demo = wants_demo(demo, master_only=master_only)
-    home = home.resolve()
-    tokens = local_secrets(home)
+    opts = UpOptions(
+        home=home.resolve(), host=host, port=port, models=models,  # type: ignore[arg-type]
+        model_dirs={"planner": planner_model, "executor": executor_model,
+                    "judge": judge_model},
+        model_urls={"planner": planner_url, "executor": executor_url, "judge": judge_url},
+        slots=slots, train=train, vllm=vllm, demo=wants_demo(demo, master_only=master_only),
+        demo_rollouts=demo_rollouts, master_only=master_only, live=live)
+    tokens = local_secrets(opts.home)
     exit_on_sigterm()  # SIGTERM, like Ctrl-C, stops everything
-    with embedded_services(home) as urls:
-        settings = MasterSettings(
-            database_url=urls.database_url, redis_url=urls.redis_url,
-            admin_token=tokens.admin_token, worker_tokens=[tokens.worker_token],
-            artifacts_url=str(home / "artifacts"), coverage_file=_local_coverage(home))
-        supervisor = Supervisor(store_children(urls.servers))
-        server = uvicorn.Server(uvicorn.Config(
-            create_app(settings, supervised=supervisor.status), host=host, port=port,
-            log_config=None, access_log=False))
-        gave_up: list[GaveUp] = []
-        url = f"http://{host}:{port}"
-        stack = None
-        if not master_only:
-            from coda_app.stack import Stack, StackConfig
-
-            stack = Stack(StackConfig(
-                home=home, master_url=url, admin_token=tokens.admin_token,
-                worker_token=tokens.worker_token, service_token=tokens.service_token,
-                service_admin_token=tokens.service_admin_token,
-                models=models,  # type: ignore[arg-type]
-                model_dirs={"planner": planner_model, "executor": executor_model,
-                            "judge": judge_model},
-                model_urls={"planner": planner_url, "executor": executor_url,
-                            "judge": judge_url}, slots=slots, train=train, vllm=vllm))
-
-        async def supervise() -> None:
-            """Restart what died (backoff); one that keeps dying stops everything."""
-            try:
-                while True:
-                    try:
-                        await asyncio.to_thread(supervisor.check)
-                    except GaveUp:
-                        raise
-                    except Exception:  # the loop's top: logged, the next round retries
-                        log.exception("stack.supervise_failed")
-                    await asyncio.sleep(SUPERVISE_INTERVAL_S)
-            except GaveUp as exc:
-                gave_up.append(exc)
-                console.print(f"[red]{exc}; stopping everything. The end of its log:[/]\n"
-                              f"{exc.tail}")
-                server.should_exit = True
-
-        async def serve() -> None:
-            task = asyncio.create_task(server.serve())
-            while not server.started and not task.done():
-                await asyncio.sleep(0.1)
-            if not server.started:
-                await task
-                return
-            watching = asyncio.create_task(supervise())
-            console.print(f"[green]CODA master up[/] at {url}  (dashboard: {url}/)")
-            console.print(f"tokens in {home / 'secrets.json'}; logs in {home / 'logs'}; "
-                          "Ctrl-C stops everything")
-            view = None
-            try:
-                if stack is not None:
-                    console.print("starting the model services, the worker"
-                                  + (" and the trainer" if train else "") + " ...")
-                    starting = asyncio.create_task(asyncio.to_thread(stack.start))
-                    await asyncio.wait({starting, task}, return_when=asyncio.FIRST_COMPLETED)
-                    if not starting.done():  # Ctrl-C while starting: stop what started
-                        stack.request_stop()
-                        try:
-                            await starting
-                        except (RuntimeError, OSError, ValueError) as exc:  # a start cut short
-                            log.info("stack.start_interrupted", error=str(exc))
-                        return
-                    starting.result()  # a service that could not start: its error
-                    supervisor.children += stack.children()
-                    console.print("[green]model services, worker"
-                                  + (", trainer" if train else "") + " up[/]")
-                if demo:
-                    await _submit_demo(url, tokens.admin_token.get_secret_value(), demo_rollouts,
-                                       models if stack is not None else "scienceboard")
-                show = console.is_terminal if live is None else live
-                view = asyncio.create_task(_watch(url, tokens.admin_token.get_secret_value(),
-                                                  supervisor, show))
-                await task
-            finally:
-                supervisor.close()
-                watching.cancel()
-                if view is not None:
-                    view.cancel()
-                if not task.done():
-                    server.should_exit = True
-                    await task
-
-        try:
-            # uvicorn re-raises the Ctrl-C it handled; we are stopping anyway
-            with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(serve())
-        finally:
-            supervisor.close()
-            if stack is not None:
-                console.print("stopping the worker, trainer and model services ...")
-                stack.stop()
-    console.print("stopped: everything (data kept in " + str(home) + ")")
-    if gave_up:
+    with embedded_services(opts.home) as stores:
+        ok = UpStack(opts, tokens, stores).run()
+    console.print(f"stopped: everything (data kept in {opts.home})")
+    if not ok:
         raise typer.Exit(1)
 
 
