@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.figures_fleet import render_fleet
+
 RESULTS = Path(__file__).resolve().parent / "results"
 MISSING = "not measured"
 
@@ -438,6 +440,7 @@ def render(results: Path = RESULTS) -> str:
     lines += render_learning(results)
     for section in SECTIONS:
         lines += render_section(section, results)
+    lines += render_fleet(results, load)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

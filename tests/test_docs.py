@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -58,3 +59,44 @@ def test_readme_is_a_front_door() -> None:
     for page in sorted((ROOT / "docs").glob("*.md")):
         if page.name != "README.md":
             assert f"]({page.name})" in index, f"docs/README.md does not list {page.name}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_to_a_section_name_an_existing_heading() -> None:
+    """A link ``page.md#anchor`` from docs/ or the results' notes lands on a heading of that
+    page (the fleet page links the generated figures' sections so)."""
+    pages = [*sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "benchmarks" / "results").glob("*.md"))]
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([^)#:]+\.md)#([^)]+)\)", page.read_text()):
+            headings = re.findall(r"^#+ (.+)$", (page.parent / target).read_text(), re.M)
+            assert anchor in {_slug(h) for h in headings}, \
+                f"{page.relative_to(ROOT)} links {target}#{anchor}: no such heading"
+
+
+def _measured(data: object, key: str = "") -> list[float]:
+    """The measured numbers with a fraction in a results JSON (not its configuration, its
+    targets or the machine's load)."""
+    if key in ("config", "policy", "cadence", "machine", "master_settings", "ratio_target"):
+        return []
+    if isinstance(data, dict):
+        return [v for k, item in data.items() for v in _measured(item, k)]
+    if isinstance(data, list):
+        return [v for item in data for v in _measured(item, key)]
+    return [data] if isinstance(data, float) and not data.is_integer() else []
+
+
+def test_the_fleet_page_links_its_figures_instead_of_typing_them() -> None:
+    """docs/fleet.md keeps the sizing and the procedures; no measured figure of fleet.json is
+    typed there (they are generated onto docs/figures.md, the runs' story is in
+    benchmarks/results/fleet.history.md)."""
+    page = (ROOT / "docs" / "fleet.md").read_text()
+    fleet = json.loads((figures_doc.RESULTS / "fleet.json").read_text())
+    typed = {f"{v:g}" for v in _measured(fleet)
+             if re.search(rf"(?<![\d.,]){re.escape(f'{v:g}')}(?![\d])", page)}
+    assert not typed, f"docs/fleet.md types figures of fleet.json: {sorted(typed)}"
+    assert "figures.md#a-fleet-" in page and "fleet.history.md" in page
