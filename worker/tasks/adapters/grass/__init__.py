@@ -33,7 +33,7 @@ import re
 import shlex
 from typing import Any
 
-from coda.contracts.desktop import CheckResult, CheckStatus, StepStatus
+from coda.contracts.desktop import CheckResult, CheckStatus, GrassOp, StepStatus
 from coda.logging import get_logger
 from coda.tasks import SetupStep, TaskSpec
 from worker.providers.client import GuestError
@@ -98,7 +98,7 @@ def _running(ctx: TaskContext) -> bool:
 
 def restart(ctx: TaskContext, start: dict[str, str]) -> str:
     """The GUI already up in the slot brought back to a fresh launch's state (module doc)."""
-    reply = gui.call(ctx, "restart", timeout_s=STEP_TIMEOUT_S, **start)
+    reply = gui.call(ctx, GrassOp.RESTART, timeout_s=STEP_TIMEOUT_S, **start)
     if not reply.get("switched"):
         raise gui.GuiError(f"the data catalog refused to switch to {start['location']}/"
                            f"{start['mapset']}")
@@ -152,7 +152,7 @@ def launch(ctx: TaskContext, p: dict[str, Any]) -> str:
 
 def switch_map(ctx: TaskContext, p: dict[str, Any]) -> str:
     grassdb, location, mapset = ctx.rw(p["grassdb"]), str(p["location"]), str(p["mapset"])
-    reply = gui.call(ctx, "map", grassdb=grassdb, location=location, mapset=mapset,
+    reply = gui.call(ctx, GrassOp.MAP, grassdb=grassdb, location=location, mapset=mapset,
                      timeout_s=STEP_TIMEOUT_S)
     if not reply.get("switched"):
         raise gui.GuiError(f"the data catalog refused to switch to {location}/{mapset}")
@@ -169,7 +169,7 @@ def switch_map(ctx: TaskContext, p: dict[str, Any]) -> str:
 def add_layer(ctx: TaskContext, p: dict[str, Any]) -> str:
     query = dict(p["query"])
     name = str(query.get("name", ""))
-    gui.wait_for(lambda: gui.call(ctx, "layer", query=query).get("found"),
+    gui.wait_for(lambda: gui.call(ctx, GrassOp.LAYER, query=query).get("found"),
                  f"map {name!r} in the data catalog", STEP_TIMEOUT_S)
 
     def shown() -> bool:
@@ -181,7 +181,7 @@ def add_layer(ctx: TaskContext, p: dict[str, Any]) -> str:
 
 
 def set_scale(ctx: TaskContext, p: dict[str, Any]) -> str:
-    reply = gui.call(ctx, "scale", scale=float(p["scale"]), timeout_s=STEP_TIMEOUT_S)
+    reply = gui.call(ctx, GrassOp.SCALE, scale=float(p["scale"]), timeout_s=STEP_TIMEOUT_S)
     return f"map scale 1:{reply.get('scale')}"
 
 
@@ -236,7 +236,8 @@ COLUMN_NUMBER_TYPES = ("INTEGER", "DOUBLE PRECISION", "REAL", "SMALLINT", "NUMER
 
 def columns(ctx: TaskContext, vector: str) -> list[dict[str, Any]]:
     """The attribute columns of ``vector`` as 8.4's ``v.db.select format=json`` lists them."""
-    reply = _readable(gui.call, ctx, "gcmd", cmd="v.info", kwargs={"flags": "c", "map": vector})
+    reply = _readable(gui.call, ctx, GrassOp.GCMD, cmd="v.info",
+                      kwargs={"flags": "c", "map": vector})
     if reply.get("returncode") != 0:
         raise CheckError(CheckStatus.ERROR, f"v.info -c {vector}: {reply.get('stderr')}")
     out = []
@@ -249,7 +250,7 @@ def columns(ctx: TaskContext, vector: str) -> list[dict[str, Any]]:
 
 
 def db_output(ctx: TaskContext, cmd: str, kwargs: dict[str, Any]) -> Any:
-    reply = _readable(gui.call, ctx, "gcmd", cmd=cmd, kwargs=kwargs, timeout_s=STEP_TIMEOUT_S)
+    reply = _readable(gui.call, ctx, GrassOp.GCMD, cmd=cmd, kwargs=kwargs, timeout_s=STEP_TIMEOUT_S)
     stdout = str(reply.get("stdout", ""))
     if reply.get("returncode") != 0:
         return None if kwargs.get("format") == "json" else stdout
