@@ -49,7 +49,7 @@ from coda.contracts.desktop import (
     WriteRequest,
 )
 from coda.logging import get_logger
-from worker.guest.capture import encode, is_blank, scale
+from coda.screenshots import encode, is_blank, scale
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
 OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "

@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
+from coda.guestenv import TOKEN_ENV
 from worker.providers.base import GuestLayout, ProviderConflict, log
 from worker.providers.client import GuestClient, GuestError
 from worker.providers.docker_base import (
@@ -107,7 +108,7 @@ class ContainerDesktop(ContainerSlot):
             self.client.images.get(image)  # not there: missing (run would try a registry)
             self.container = self.client.containers.run(
                 image, name=self.name, detach=True,
-                environment={"CODA_GUEST_TOKEN": self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
+                environment={TOKEN_ENV: self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
                              "CODA_DESKTOP_ID": self.name},
                 labels=self.labels,
                 ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
-from coda.procs import free_port, stop_process
-from worker.guest import commands
+from coda.guestenv import TOKEN_ENV
+from coda.procs import free_port, kill_marked, stop_process
 from worker.providers.base import Desktop, GuestLayout, Provider, log
 from worker.providers.client import GuestClient
 from worker.providers.image import SCIENCEBOARD_IMAGE, SlotImage
@@ -116,7 +116,7 @@ class LocalDesktop(Desktop):
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host",
                               "127.0.0.1", "--port", str(port), "--display", self.display,
                               "--desktop-id", self.id],
-                    env={**base_env, "CODA_GUEST_TOKEN": self.token})
+                    env={**base_env, TOKEN_ENV: self.token})
         log.info("local.started", slot=self.slot, display=self.display, port=port)
         return GuestClient(f"http://127.0.0.1:{port}", token=self.token)
 
@@ -153,7 +153,7 @@ class LocalDesktop(Desktop):
         agent = self._procs.pop("agent", None)
         if agent is not None:
             stop_process(agent, timeout=5)
-        commands.kill_marked(self.id)
+        kill_marked(self.id)
         for name in ("wm", "xvfb"):
             proc = self._procs.pop(name, None)
             if proc is not None:

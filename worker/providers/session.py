@@ -45,11 +45,11 @@ from pathlib import Path
 from types import FrameType
 
 from coda.contracts.desktop import BrokenReason
+from coda.guestenv import MIN_TOKEN_LENGTH, TOKEN_ENV, TOKEN_KEY, is_guestinfo_env
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
-from worker.guest.guestinfo import TOKEN_KEY, is_guestinfo_env, read_guestinfo
+from worker.guest.guestinfo import read_guestinfo
 from worker.guest.home import HomeTemplateMissing, restore_home
-from worker.guest.settings import MIN_TOKEN_LENGTH
 from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
 log = get_logger("desktop.session")
@@ -85,9 +85,9 @@ class SessionSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SessionSettings:
-        token = env.get("CODA_GUEST_TOKEN") or read_guestinfo(TOKEN_KEY, env) or ""
+        token = env.get(TOKEN_ENV) or read_guestinfo(TOKEN_KEY, env) or ""
         if len(token) < MIN_TOKEN_LENGTH:
-            raise SessionError(f"refusing to start: set CODA_GUEST_TOKEN (or the VM's "
+            raise SessionError(f"refusing to start: set {TOKEN_ENV} (or the VM's "
                                f"guestinfo.{TOKEN_KEY}) to a secret of at least "
                                f"{MIN_TOKEN_LENGTH} characters (`coda guest token` makes one)")
         template = env.get("CODA_DESKTOP_HOME_TEMPLATE")
@@ -140,7 +140,7 @@ class Session:
         self.display = self._start_xvfb(xauth)
         xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         env = {k: v for k, v in os.environ.items()  # the applications never see the token
-               if k != "CODA_GUEST_TOKEN" and not is_guestinfo_env(k)}
+               if k != TOKEN_ENV and not is_guestinfo_env(k)}
         env.update(DISPLAY=self.display, XAUTHORITY=str(xauth))
         self._spawn("wm", list(self.s.window_manager), env)
         wait_for(lambda: wm_running(env), self.s.start_timeout_s, "the window manager")
@@ -148,7 +148,7 @@ class Session:
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host", self.s.host,
                               "--port", str(self.s.port), "--display", self.display,
                               "--desktop-id", self.s.desktop_id],
-                    {**env, "CODA_GUEST_TOKEN": self.s.token})
+                    {**env, TOKEN_ENV: self.s.token})
         w, h = self.s.screen
         log.info("desktop.session_started", display=self.display, screen=f"{w}x{h}",
                  port=self.s.port, pids={n: p.pid for n, p in self.procs.items()})

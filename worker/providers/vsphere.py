@@ -78,7 +78,7 @@ from coda.contracts.desktop import (
     ProviderDown,
     ProviderFault,
 )
-from worker.guest.guestinfo import TOKEN_KEY
+from coda.guestenv import TOKEN_KEY
 from worker.providers.base import (
     Desktop,
     GuestLayout,
