@@ -54,6 +54,18 @@ class DesktopBroken(RuntimeError):
         self.detail = detail
 
 
+SESSION_EXIT_CONFIG = 2
+SESSION_EXIT_START = 6
+SESSION_EXIT_CODES = {"xvfb": 3, "wm": 4, "agent": 5}
+"""The desktop session's exit code when that process died (``worker.guest.session``: 2, it
+refused to start, bad settings; 6, a process did not start): the container's exit code."""
+SESSION_EXIT_REASONS = {3: BrokenReason.X_CRASHED, 4: BrokenReason.X_CRASHED,
+                        5: BrokenReason.AGENT_GONE, SESSION_EXIT_CONFIG: BrokenReason.START_FAILED,
+                        SESSION_EXIT_START: BrokenReason.START_FAILED}
+"""What a session's exit code means to a provider (any other code: the container was killed,
+ran out of memory or removed: ``vm_off``)."""
+
+
 class ProviderFault(StrEnum):
     """Why a worker's desktop provider cannot make desktops at all: a fault of the
     infrastructure, never of an episode. The worker gives the job back without counting the

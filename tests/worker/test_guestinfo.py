@@ -15,7 +15,7 @@ from coda.guestenv import guestinfo_env_name
 from worker.guest.commands import child_env
 from worker.guest.guestinfo import read_guestinfo
 from worker.guest.home import HomeTemplateMissing, restore_home
-from worker.providers.session import SessionError, SessionSettings
+from worker.guest.session import SessionError, SessionSettings
 
 TOKEN = "guestinfo-token-0123456789"
 
