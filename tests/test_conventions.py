@@ -7,7 +7,10 @@
   does the same for ``except Exception``);
 * tests wait on state through :mod:`tests.fixtures.waiting` only: no loop of their own that
   sleeps and polls;
-* tests build their screenshots with :mod:`tests.fixtures.images` only.
+* tests build their screenshots with :mod:`tests.fixtures.images` only;
+* no module of the installed packages (benchmarks/ and tests/ aside, as in the import
+  contracts) passes :data:`MAX_MODULE_LINES` lines: a module that grows past it is split by
+  what it holds (as ``worker/providers/vsphere/`` is).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ CODE = [p for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name != 
 TESTS = ROOT / "tests"
 WAITING = TESTS / "fixtures" / "waiting.py"
 IMAGES = TESTS / "fixtures" / "images.py"
+MAX_MODULE_LINES = 550
 
 
 def trees(*folders: Path) -> Iterator[tuple[str, ast.AST]]:
@@ -96,3 +100,12 @@ def test_tests_build_images_in_one_place() -> None:
             if chunk or encoded:
                 bad.append(f"{where}:{node.lineno}")
     assert not bad, "an image encoded outside tests/fixtures/images.py:\n" + "\n".join(bad)
+
+
+def test_no_module_passes_the_size_bound() -> None:
+    too_long = {str(path.relative_to(ROOT)): lines for folder in CODE
+                if folder.name != "benchmarks"
+                for path in sorted(folder.rglob("*.py"))
+                if "migrations/versions" not in path.as_posix()
+                and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert too_long == {}, f"split these modules (at most {MAX_MODULE_LINES} lines each)"
