@@ -1,8 +1,9 @@
 """The processes CODA starts: free ports, one way to start a process and wait until it is
-ready, and clean stops."""
+ready, clean stops, and the processes of a desktop found and killed by their mark."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
+
+from coda.guestenv import DESKTOP_MARK
 
 Probe = str | Callable[[], bool]
 """Readiness: an HTTP URL that answers 2xx, or a callable that returns True once ready."""
@@ -102,3 +105,56 @@ def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], *,
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def marked_pids(desktop_id: str) -> list[int]:
+    """Processes whose environment carries ``CODA_DESKTOP=<desktop_id>`` (what a desktop's
+    agent started, their children and daemons they spawned), found through /proc."""
+    needle = f"{DESKTOP_MARK}={desktop_id}".encode()
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(desktop_id: str, *, grace_s: float = 0.5) -> int:
+    """SIGTERM every marked process, SIGKILL what is left after ``grace_s``; returns how many
+    were found. Returns once none is left (or after a bounded number of rounds)."""
+    pids = marked_pids(desktop_id)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    left = pids
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = [p for p in left if alive(p)]
+    for _ in range(50):
+        left = marked_pids(desktop_id)
+        if not left:
+            break
+        for pid in left:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return len(pids)
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -1,6 +1,7 @@
 """The import contracts of pyproject.toml (`[tool.importlinter]`): coda_app above the services,
 each service on its own, the shared library coda below them all; no import circle between the
-modules of any package; the trainer's two stages on their own over their shared core. The same
+modules of any package; the desktop side of the worker (the guest agent and its session) apart
+from the driver side; the trainer's two stages on their own over their shared core. The same
 check as CI's `lint-imports`, so `scripts/test.sh` catches a violation too."""
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def test_the_contract_allows_the_application_and_the_library(tmp_path: Path) -> 
     # the circles cut by a module of their own; back, they are refused
     ("worker/providers/docker.py", "worker.providers.docker_desktop", "worker.providers"),
     ("worker/providers/docker_desktop.py", "worker.providers.docker", "worker.providers"),
-    ("worker/tasks/adapters/kalgebra/__init__.py", "worker.tasks.setup", "worker.tasks"),
+    ("worker/tasks/adapters/kalgebra/adapter.py", "worker.tasks.setup", "worker.tasks"),
     ("worker/tasks/setup.py", "worker.tasks.adapters", "worker.tasks"),
     ("master/metrics.py", "master.state", "master"),
     ("master/state.py", "master.metrics", "master"),
@@ -100,7 +101,7 @@ def test_the_contract_refuses_a_circle(tmp_path: Path, one: str, other: str,
             "worker.providers.docker": ("worker/providers/docker.py",
                                         "worker.providers.docker_desktop"),
             "worker.tasks.setup": ("worker/tasks/setup.py", "worker.tasks.adapters"),
-            "worker.tasks.adapters": ("worker/tasks/adapters/kalgebra/__init__.py",
+            "worker.tasks.adapters": ("worker/tasks/adapters/kalgebra/adapter.py",
                                       "worker.tasks.setup"),
             "master.state": ("master/state.py", "master.metrics"),
             "master.metrics": ("master/metrics.py", "master.state"),
@@ -115,6 +116,26 @@ def test_the_contract_refuses_a_circle(tmp_path: Path, one: str, other: str,
     out = lint_imports(tree)
     assert out.returncode != 0, out.stdout
     assert f"No cycles are allowed in {package}." in out.stdout
+
+
+@pytest.mark.parametrize(("importer", "imported", "contract"), [
+    ("worker/providers/client.py", "worker.guest.capture", "worker.providers"),
+    ("worker/providers/vsphere.py", "worker.guest.guestinfo", "worker.providers"),
+    ("worker/tasks/setup.py", "worker.guest.commands", "worker.tasks"),
+    ("worker/runner.py", "worker.guest.session", "worker.runner"),
+    ("worker/guest/session.py", "worker.providers.local", "worker.guest"),
+    ("worker/guest/app.py", "worker.tasks.polling", "worker.guest"),
+])
+def test_the_desktop_side_stands_apart_from_the_driver_side(tmp_path: Path, importer: str,
+                                                             imported: str, contract: str) -> None:
+    """A provider, a task or the worker's loop never imports the in-desktop agent or its
+    session (they share coda/), nor does the agent import them."""
+    tree = _skeleton(tmp_path)
+    (tree / importer).write_text(f"import {imported}\n")
+    out = lint_imports(tree)
+    assert out.returncode != 0, out.stdout
+    side = "worker.guest" if imported.startswith("worker.guest") else imported.rsplit(".", 1)[0]
+    assert f"{contract} is not allowed to import {side}" in out.stdout
 
 
 @pytest.mark.parametrize(("importer", "imported"), [

@@ -8,13 +8,14 @@ the worker records is one of these models. A broken desktop is reported with a t
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from enum import StrEnum
-from typing import Literal
+from enum import IntEnum, StrEnum
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from coda.bounds import INT32_MAX, MAX_LIST, Count, Millis, Pixels
+from coda.bounds import INT32_MAX, MAX_ERROR_TEXT, MAX_LIST, Count, Millis, Pixels
 
 ImageFormat = Literal["png", "webp", "jpeg"]
 MEDIA_TYPES: dict[str, str] = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
@@ -51,6 +52,18 @@ class DesktopBroken(RuntimeError):
         super().__init__(f"{reason.value}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+SESSION_EXIT_CONFIG = 2
+SESSION_EXIT_START = 6
+SESSION_EXIT_CODES = {"xvfb": 3, "wm": 4, "agent": 5}
+"""The desktop session's exit code when that process died (``worker.guest.session``: 2, it
+refused to start, bad settings; 6, a process did not start): the container's exit code."""
+SESSION_EXIT_REASONS = {3: BrokenReason.X_CRASHED, 4: BrokenReason.X_CRASHED,
+                        5: BrokenReason.AGENT_GONE, SESSION_EXIT_CONFIG: BrokenReason.START_FAILED,
+                        SESSION_EXIT_START: BrokenReason.START_FAILED}
+"""What a session's exit code means to a provider (any other code: the container was killed,
+ran out of memory or removed: ``vm_off``)."""
 
 
 class ProviderFault(StrEnum):
@@ -264,3 +277,123 @@ class GuestHealth(_Model):
     width: Pixels | None = None
     height: Pixels | None = None
     detail: str | None = Field(default=None, description="why the display is unavailable")
+
+
+# The routes the guest client posts to: the project's agent's readers of an application's state
+# inside the desktop (``/coda/grass``, ``/coda/celestia``) and the routes ScienceBoard added to
+# OSWorld's server (``/append``, ``/opt``, ``/chimerax/run``), which both servers answer.
+
+GRASS_MAX_ARGS_BYTES = 64 * 1024
+
+
+class GrassOp(StrEnum):
+    """An operation of GRASS GIS's GUI state reader (``worker/tasks/adapters/grass/
+    wxgui_state.py`` answers exactly these; tests/worker/test_grass_launch.py holds them
+    equal)."""
+
+    READY = "ready"
+    DUMP = "dump"
+    MAP = "map"
+    LAYER = "layer"
+    SCALE = "scale"
+    GCMD = "gcmd"
+    RESTART = "restart"
+    RECTS = "rects"
+
+
+class GrassRequest(_Model):
+    """``POST /coda/grass``: one operation of the GUI's state reader (see the reader's module
+    for each)."""
+
+    op: GrassOp
+    args: dict[str, Any] = Field(default_factory=dict, description="the operation's arguments")
+    timeout_s: float = Field(default=30.0, gt=0, le=300,
+                             description="bound on the operation in the GUI")
+
+    @field_validator("args")
+    @classmethod
+    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(v)) > GRASS_MAX_ARGS_BYTES:
+            raise ValueError(f"args: more than {GRASS_MAX_ARGS_BYTES} bytes")
+        return v
+
+
+class GrassReply(_Model):
+    """The reader's reply: ``ok`` with the operation's result, or its error in the GUI."""
+
+    ok: bool
+    result: Any = None
+    error: str | None = Field(default=None, max_length=MAX_ERROR_TEXT)
+
+
+MAX_CELESTIA_ENTITIES = 64
+
+
+class CelestiaOp(StrEnum):
+    VERSION = "version"
+    DUMP = "dump"
+
+
+class SelectionType(IntEnum):
+    """Celestia's ``SelectionType`` (``celengine/selection.h``), as the tasks' queries use it."""
+
+    STAR = 1
+    BODY = 2
+    DEEP_SKY = 3
+
+
+class CelestiaEntity(_Model):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    type: SelectionType
+
+
+class CelestiaRequest(_Model):
+    """``POST /coda/celestia``: the state dump of Celestia's dump server, or its version."""
+
+    port: int = Field(ge=1024, le=65535, description="the dump server's port («PORTLIKE»)")
+    op: CelestiaOp = CelestiaOp.DUMP
+    query: list[CelestiaEntity] = Field(default_factory=list, max_length=MAX_CELESTIA_ENTITIES,
+                                        description="the entities the dump describes")
+    timeout_s: float = Field(default=20.0, gt=0, le=120)
+
+
+class CelestiaReply(_Model):
+    """The dump's JSON, or the version's text."""
+
+    result: Any
+
+
+class WriteRequest(BaseModel):
+    """``POST /write`` and ``/append`` (ScienceBoard's): text into a file of the desktop."""
+
+    path: str = Field(min_length=1)
+    content: str = ""
+
+
+class OptRequest(BaseModel):
+    """``POST /opt`` (ScienceBoard's): the accessibility tree's depth limit."""
+
+    depth: int = Field(default=50, ge=1, le=1000)
+
+
+class ChimeraxRequest(BaseModel):
+    """``POST /chimerax/run`` (ScienceBoard's): one command for ChimeraX's REST remote
+    control on the desktop."""
+
+    port: int = Field(default=8000, ge=1, le=65535)
+    command: str = ""
+
+
+class ChimeraxReply(BaseModel):
+    """ChimeraX's answer to a command (``remotecontrol rest start json true``): ``error``
+    None when it succeeded, its log's messages by level (its other fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    error: Any = None
+    log_messages: dict[str, Any] = Field(default_factory=dict, alias="log messages")
+
+    @property
+    def notes(self) -> list[str]:
+        """The log's ``note`` messages."""
+        return [str(note) for note in self.log_messages.get("note") or []]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.actions import Click, Hotkey, Press, RightClick, TypeText
-from coda.contracts.desktop import EpisodeEnd, SetupReport
+from coda.contracts.desktop import EpisodeEnd, GrassOp, SetupReport
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
@@ -36,10 +36,10 @@ def click(rect: list[int], kind: type[Click] | type[RightClick] = Click) -> Any:
 def show_tab(desktop: Desktop, ctx: TaskContext, label: str) -> dict[str, Any]:
     """Click the Layer Manager's tab ``label`` (GRASS marks a tab with new output as
     "Console (...)"); the widgets' places once it is shown."""
-    tabs = gui.call(ctx, "rects")["tabs"]
+    tabs = gui.call(ctx, GrassOp.RECTS)["tabs"]
     x, y = next(point for text, point in tabs.items() if text.startswith(label))
     act(desktop, Click(x=x, y=y))
-    return wait_for(lambda: (r := gui.call(ctx, "rects"))["page"].startswith(label) and r,
+    return wait_for(lambda: (r := gui.call(ctx, GrassOp.RECTS))["page"].startswith(label) and r,
                     f"the {label} tab", WAIT_S)
 
 
@@ -86,9 +86,9 @@ def menu_item(desktop: Desktop, ctx: TaskContext, at: Click, presses: int) -> No
     """Right-click at ``at``, and once the context menu is up (the GUI reports it), choose
     its ``presses``-th item with the keyboard; done when the menu is gone."""
     act(desktop, RightClick(x=at.x, y=at.y))
-    wait_for(lambda: gui.call(ctx, "rects")["menu_open"], "the context menu", WAIT_S)
+    wait_for(lambda: gui.call(ctx, GrassOp.RECTS)["menu_open"], "the context menu", WAIT_S)
     act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
-    wait_for(lambda: not gui.call(ctx, "rects")["menu_open"], "the context menu closed",
+    wait_for(lambda: not gui.call(ctx, GrassOp.RECTS)["menu_open"], "the context menu closed",
              WAIT_S)
 
 
@@ -96,7 +96,7 @@ def map_menu(presses: int) -> Solution:
     """The map window's context menu (Copy coordinates, Hide toolbars, Hide statusbar): the
     ``presses``-th item."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        menu_item(desktop, ctx, click(gui.call(ctx, "rects")["map_window"]), presses)
+        menu_item(desktop, ctx, click(gui.call(ctx, GrassOp.RECTS)["map_window"]), presses)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -121,7 +121,7 @@ def statusbar(mode: str, text: str, done: Callable[[dict[str, Any]], bool]) -> S
     index = STATUSBAR_MODES.index(mode)
 
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        x, y, w, h = gui.call(ctx, "rects")["statusbar"]
+        x, y, w, h = gui.call(ctx, GrassOp.RECTS)["statusbar"]
         free = Click(x=x + w * 3 // 4, y=y + h // 2)
         if gui.dump(ctx)["statusbar"]["mode"] != index:
             menu_item(desktop, ctx, free, index + 1)
@@ -130,12 +130,12 @@ def statusbar(mode: str, text: str, done: Callable[[dict[str, Any]], bool]) -> S
 
         def focused() -> bool:
             act(desktop, free)
-            act(desktop, click(gui.call(ctx, "rects")["statusbar_widget"]))
-            return bool(gui.call(ctx, "rects")["statusbar_focused"])
+            act(desktop, click(gui.call(ctx, GrassOp.RECTS)["statusbar_widget"]))
+            return bool(gui.call(ctx, GrassOp.RECTS)["statusbar_focused"])
 
         wait_for(focused, f"the keyboard focus in the statusbar's {mode!r}", WAIT_S)
         act(desktop, Hotkey(keys=["ctrl", "a"]), TypeText(text=text), Press(key="enter"))
-        wait_for(lambda: done(gui.dump(ctx)) and not gui.call(ctx, "rects")["rendering"],
+        wait_for(lambda: done(gui.dump(ctx)) and not gui.call(ctx, GrassOp.RECTS)["rendering"],
                  f"{text!r} entered in the statusbar and the map rendered", WAIT_S)
         return EpisodeEnd(kind="DONE")
     return solve

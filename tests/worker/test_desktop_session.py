@@ -1,4 +1,4 @@
-"""The desktop slot image's entry (``python -m worker.providers.session serve``) on this host,
+"""The desktop slot image's entry (``python -m worker.guest.session serve``) on this host,
 without Docker: it refuses to start without a token, brings Xvfb, the window manager and the
 agent up (the shared readiness probe passes), and exits with the code naming the process that
 died, which the docker provider turns into a typed reason."""
@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from coda.contracts.desktop import SESSION_EXIT_CODES as EXIT_CODES
+from coda.contracts.desktop import SESSION_EXIT_CONFIG as EXIT_CONFIG
+from coda.contracts.desktop import SESSION_EXIT_REASONS as EXIT_REASONS
 from coda.contracts.desktop import BrokenReason
 from coda.procs import free_port, stop_process
+from worker.guest.session import parse_screen
 from worker.providers.client import GuestClient
-from worker.providers.session import EXIT_CODES, EXIT_CONFIG, EXIT_REASONS, parse_screen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +37,7 @@ def test_parse_screen() -> None:
 def _session(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CODA_")}
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.providers.session", "serve"], cwd=ROOT, text=True,
+        [sys.executable, "-m", "worker.guest.session", "serve"], cwd=ROOT, text=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**base, "CODA_LOG_FORMAT": "json", "XDG_RUNTIME_DIR": str(tmp_path / "run"),
              "HOME": str(tmp_path), **env})

@@ -14,7 +14,7 @@ import pytest
 from coda.contracts.desktop import StepStatus
 from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.providers.local import LocalDesktop
-from worker.tasks.adapters.grass import start_mapset
+from worker.tasks.adapters.grass.steps import start_mapset
 
 from .grass_helpers import setup_task_report
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from coda.guestenv import MIN_TOKEN_LENGTH
 from coda_app.cli import app
-from worker.guest.settings import MIN_TOKEN_LENGTH
 
 ROOT = Path(__file__).resolve().parents[2]
 

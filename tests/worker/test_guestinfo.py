@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from coda.guestenv import guestinfo_env_name
 from worker.guest.commands import child_env
-from worker.guest.guestinfo import env_name, read_guestinfo
+from worker.guest.guestinfo import read_guestinfo
 from worker.guest.home import HomeTemplateMissing, restore_home
-from worker.providers.session import SessionError, SessionSettings
+from worker.guest.session import SessionError, SessionSettings
 
 TOKEN = "guestinfo-token-0123456789"
 
@@ -26,7 +27,7 @@ def _rpctool(bin_dir: Path, body: str) -> None:
 
 
 def test_vcsim_hands_guestinfo_over_as_an_environment_variable() -> None:
-    assert env_name("coda.token") == "VMX_GUESTINFO_CODA_TOKEN"
+    assert guestinfo_env_name("coda.token") == "VMX_GUESTINFO_CODA_TOKEN"
     assert read_guestinfo("coda.token", {"VMX_GUESTINFO_CODA_TOKEN": TOKEN}) == TOKEN
 
 

@@ -7,9 +7,9 @@ import os
 import signal
 from functools import partial
 
+from coda import procs
 from coda.contracts.desktop import BrokenReason
 from tests.fixtures.waiting import wait_for
-from worker.guest import commands
 from worker.providers.conformance import check_desktop
 from worker.providers.local import LocalDesktop, LocalProvider
 
@@ -35,7 +35,7 @@ def test_reset_really_cleans(desktop: LocalDesktop) -> None:
     assert guest.read_file(f"{desktop.home}/atelier/left-behind.txt") is None
     assert guest.read_file(f"{desktop.home}/.secret") is None
     assert guest.windows() == []
-    assert commands.marked_pids(desktop.id) == []
+    assert procs.marked_pids(desktop.id) == []
     texstudio_ini = desktop.home / ".config" / "texstudio" / "texstudio.ini"
     assert texstudio_ini.is_file(), "the home template is restored"
 
@@ -84,11 +84,11 @@ def test_close_stops_every_process(desktop_host: None) -> None:
     assert isinstance(d, LocalDesktop) and d.guest is not None
     d.guest.launch(["xterm"])
     wait_for(lambda: window(d.guest, "xterm") if d.guest else None, "xterm")
-    pids = [p.pid for p in d._procs.values()] + commands.marked_pids(d.id)
+    pids = [p.pid for p in d._procs.values()] + procs.marked_pids(d.id)
     assert len(pids) >= 4
     root = provider.root
     provider.close()
-    assert not [p for p in pids if commands.alive(p)]
+    assert not [p for p in pids if procs.alive(p)]
     assert not root.exists()
 
 

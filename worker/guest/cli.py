@@ -36,7 +36,8 @@ def serve(
 
     if token is None and not throwaway_local_display:
         # a VM of the vsphere provider: the token it set as the VM's guestinfo.coda.token
-        from worker.guest.guestinfo import TOKEN_KEY, read_guestinfo
+        from coda.guestenv import TOKEN_KEY
+        from worker.guest.guestinfo import read_guestinfo
 
         token = read_guestinfo(TOKEN_KEY)
     overrides: dict[str, Any] = {k: v for k, v in {

@@ -15,14 +15,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.guest.guestinfo import is_guestinfo_env
-
-MARK = "CODA_DESKTOP"  # environment variable every started process (and its children) carries
+from coda import procs
+from coda.guestenv import DESKTOP_MARK, TOKEN_ENV, is_guestinfo_env
 
 
 def normalize(command: str | list[str], shell: bool) -> str | list[str]:
@@ -55,9 +53,9 @@ def child_env(desktop_id: str, extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a command the agent starts: its own, less the agent's token and the
     VM's guestinfo values (which may carry it), plus ``extra`` and the desktop's mark."""
     env = {k: v for k, v in os.environ.items()
-           if k != "CODA_GUEST_TOKEN" and not is_guestinfo_env(k)}
+           if k != TOKEN_ENV and not is_guestinfo_env(k)}
     env.update(extra)
-    env[MARK] = desktop_id or "coda-guest"
+    env[DESKTOP_MARK] = desktop_id or "coda-guest"
     env["PATH"] = f"{python_shim_dir()}{os.pathsep}{env.get('PATH', os.defpath)}"
     for leak in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"):
         env.pop(leak, None)
@@ -114,54 +112,9 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def marked_pids(desktop_id: str) -> list[int]:
-    """Processes whose environment carries ``CODA_DESKTOP=<desktop_id>`` (what the agent
-    started, their children and daemons they spawned), found through /proc."""
-    needle = f"{MARK}={desktop_id}".encode()
-    me = os.getpid()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def kill_marked(desktop_id: str, *, grace_s: float = 0.5) -> int:
-    """SIGTERM every marked process, SIGKILL what is left after ``grace_s``; returns how many
-    were found. Returns once none is left (or after a bounded number of rounds)."""
-    pids = marked_pids(desktop_id)
-    for pid in pids:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    left = pids
-    while left and time.monotonic() < deadline:
-        time.sleep(0.02)
-        left = [p for p in left if alive(p)]
-    for _ in range(50):
-        left = marked_pids(desktop_id)
-        if not left:
-            break
-        for pid in left:
-            _signal(pid, signal.SIGKILL)
-        time.sleep(0.02)
+def kill_marked(desktop_id: str) -> int:
+    """Every process marked with ``desktop_id`` killed (:func:`coda.procs.kill_marked`), the
+    launched ones collected; how many were found."""
+    killed = procs.kill_marked(desktop_id)
     reap()
-    return len(pids)
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return killed

@@ -18,28 +18,18 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
+from coda.guestenv import guestinfo_env_name
 from coda.logging import get_logger
 
 log = get_logger("guest.guestinfo")
 
-TOKEN_KEY = "coda.token"
 RPCTOOL = "vmware-rpctool"
-
-
-def env_name(key: str) -> str:
-    """``coda.token`` -> ``VMX_GUESTINFO_CODA_TOKEN`` (vcsim's name for it)."""
-    return "VMX_" + f"guestinfo.{key}".upper().replace(".", "_")
-
-
-def is_guestinfo_env(name: str) -> bool:
-    """Whether an environment variable carries a guestinfo value (kept from applications)."""
-    return name.startswith("VMX_GUESTINFO")
 
 
 def read_guestinfo(key: str, env: Mapping[str, str] | None = None, *,
                    timeout_s: float = 5.0) -> str | None:
     """``guestinfo.<key>`` of this VM, or None when it is unset or there is no way to ask."""
-    value = (os.environ if env is None else env).get(env_name(key), "").strip()
+    value = (os.environ if env is None else env).get(guestinfo_env_name(key), "").strip()
     if value:
         return value
     tool = shutil.which(RPCTOOL)

@@ -1,5 +1,5 @@
 """A desktop's home made a fresh copy of its template, as the desktop user: at a session's
-start (:mod:`worker.providers.session`) and by the agent between episodes
+start (:mod:`worker.guest.session`) and by the agent between episodes
 (``POST /coda/restore``, the docker provider's fast reset)."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 to the dump server of ScienceBoard's Celestia fork (``GET /version``, ``POST /dump`` with the
 task's ``query`` entities), which the project's build binds to 127.0.0.1 only
 (``deploy/celestia/patches``): this route, behind the agent's token, is its only way out of
-the desktop.
+the desktop. The request is a contract (``CelestiaRequest`` in :mod:`coda.contracts.desktop`),
+sent by the worker's ``GuestClient.celestia``.
 
 The dump (the fork's ``CelestiaCore::getStatus``) is ``{"time": {"value", "scale", "pause"},
 "entity": {name: {"position", "object", "distance", "radius", "visible", "hidden", "mark"}},
@@ -16,50 +17,18 @@ it did not answer in time."""
 from __future__ import annotations
 
 import json
-from enum import IntEnum, StrEnum
 from typing import Any
 
 import httpx
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
+from coda.contracts.desktop import CelestiaOp, CelestiaRequest
 from worker.guest.responses import guest_errors
 
 router = APIRouter(prefix="/coda", tags=["coda"])
 
-MAX_ENTITIES = 64
 MAX_REPLY_BYTES = 1 << 20  # the patched server's buffer
-
-
-class CelestiaOp(StrEnum):
-    VERSION = "version"
-    DUMP = "dump"
-
-
-class SelectionType(IntEnum):
-    """Celestia's ``SelectionType`` (``celengine/selection.h``), as the tasks' queries use it."""
-
-    STAR = 1
-    BODY = 2
-    DEEP_SKY = 3
-
-
-class Entity(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    type: SelectionType
-
-
-class CelestiaRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    port: int = Field(ge=1024, le=65535, description="the dump server's port («PORTLIKE»)")
-    op: CelestiaOp = CelestiaOp.DUMP
-    query: list[Entity] = Field(default_factory=list, max_length=MAX_ENTITIES,
-                                description="the entities the dump describes")
-    timeout_s: float = Field(default=20.0, gt=0, le=120)
 
 
 @router.post("/celestia", responses=guest_errors(502, 503, 504))

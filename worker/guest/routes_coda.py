@@ -18,6 +18,7 @@ from coda.contracts.desktop import (
     GuestHealth,
     WindowInfo,
 )
+from coda.guestenv import DESKTOP_MARK
 from coda.logging import get_logger
 from worker import __version__
 from worker.guest import commands
@@ -79,7 +80,7 @@ def windows(state: StateDep) -> list[WindowInfo]:
 @router.post("/close_apps")
 def close_apps(state: StateDep) -> CloseAppsReply:
     """Kill every process this agent started (and what they spawned); list what is left."""
-    killed = commands.kill_marked(state.env[commands.MARK])
+    killed = commands.kill_marked(state.env[DESKTOP_MARK])
     return CloseAppsReply(killed=killed, windows=state.x.windows())
 
 

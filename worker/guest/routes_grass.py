@@ -2,7 +2,9 @@
 the state reader the GRASS adapter loads into the GUI's process
 (``worker/tasks/adapters/grass/wxgui_state.py``), over its Unix socket in the desktop user's
 home (``$HOME/.coda/grass-gui.sock``, mode 0600). Nothing listens on a port: this route, behind
-the agent's token, is the reader's only way out of the desktop.
+the agent's token, is the reader's only way out of the desktop. The request and the reply are
+contracts (``GrassRequest``, ``GrassReply`` in :mod:`coda.contracts.desktop`), sent and read by
+the worker's ``GuestClient.grass``.
 
 Answers: 200 with the reader's reply (``ok`` false with the reader's error when the operation
 failed in the GUI), 503 when no GUI with the reader is running, 504 when it did not answer in
@@ -12,58 +14,21 @@ from __future__ import annotations
 
 import json
 import socket
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from coda.bounds import MAX_ERROR_TEXT
+from coda.contracts.desktop import GrassReply, GrassRequest
 from worker.guest.responses import guest_errors
 from worker.guest.state import StateDep
 
 router = APIRouter(prefix="/coda", tags=["coda"])
 
 SOCKET_NAME = ".coda/grass-gui.sock"
-MAX_ARGS_BYTES = 64 * 1024
 MAX_REPLY_BYTES = 32 * 1024 * 1024
-
-
-class GrassOp(StrEnum):
-    READY = "ready"
-    DUMP = "dump"
-    MAP = "map"
-    LAYER = "layer"
-    SCALE = "scale"
-    GCMD = "gcmd"
-    RESTART = "restart"
-    RECTS = "rects"
-
-
-class GrassRequest(BaseModel):
-    """One operation of the GUI's state reader (see the reader's module for each)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    op: GrassOp
-    args: dict[str, Any] = Field(default_factory=dict, description="the operation's arguments")
-    timeout_s: float = Field(default=30.0, gt=0, le=300,
-                             description="bound on the operation in the GUI")
-
-    @field_validator("args")
-    @classmethod
-    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(v)) > MAX_ARGS_BYTES:
-            raise ValueError(f"args: more than {MAX_ARGS_BYTES} bytes")
-        return v
-
-
-class GrassReply(BaseModel):
-    ok: bool
-    result: Any = None
-    error: str | None = Field(default=None, max_length=MAX_ERROR_TEXT)
 
 
 def socket_path(env: dict[str, str]) -> Path:
@@ -92,8 +57,7 @@ def ask(path: Path, request: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 @router.post("/grass", responses=guest_errors(502, 503, 504))
 def grass(body: GrassRequest, state: StateDep) -> Any:
-    """Run one operation of GRASS GIS's GUI state reader (``ready``, ``dump``, ``map``,
-    ``layer``, ``scale``, ``gcmd``, ``restart``, ``rects``)."""
+    """Run one operation of GRASS GIS's GUI state reader (:class:`GrassOp`)."""
     path = socket_path(state.env)
     request = {"op": body.op.value, "args": {**body.args, "timeout_s": body.timeout_s}}
     try:
@@ -107,6 +71,6 @@ def grass(body: GrassRequest, state: StateDep) -> Any:
     except (OSError, ValueError) as exc:
         return JSONResponse({"error": f"GRASS GIS's state reader at {path}: {exc}"},
                             status_code=502)
+    error = reply.get("error")
     return GrassReply(ok=bool(reply.get("ok")), result=reply.get("result"),
-                      error=None if reply.get("error") is None
-                      else str(reply["error"])[:MAX_ERROR_TEXT])
+                      error=None if error is None else str(error)[:MAX_ERROR_TEXT])

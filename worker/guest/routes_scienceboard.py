@@ -13,26 +13,12 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from coda.contracts.desktop import CheckReply
+from coda.contracts.desktop import CheckReply, ChimeraxRequest, OptRequest, WriteRequest
 from worker.guest import commands
 from worker.guest.responses import TEXT_OK, guest_errors
 from worker.guest.state import StateDep
 
 router = APIRouter(tags=["scienceboard"])
-
-
-class WriteBody(BaseModel):
-    path: str = Field(min_length=1)
-    content: str = ""
-
-
-class OptBody(BaseModel):
-    depth: int = Field(default=50, ge=1, le=1000)
-
-
-class ChimeraxBody(BaseModel):
-    port: int = Field(default=8000, ge=1, le=65535)
-    command: str = ""
 
 
 class LeanBody(BaseModel):
@@ -53,7 +39,7 @@ def read(path: Annotated[str, Query(min_length=1)]) -> Any:
     return PlainTextResponse(p.read_text(encoding="utf-8", errors="replace"))
 
 
-def _write(body: WriteBody, mode: str) -> Any:
+def _write(body: WriteRequest, mode: str) -> Any:
     p = Path(body.path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -66,24 +52,24 @@ def _write(body: WriteBody, mode: str) -> Any:
 
 
 @router.post("/write", response_model=None, responses={**TEXT_OK, **guest_errors(400)})
-def write(body: WriteBody) -> Any:
+def write(body: WriteRequest) -> Any:
     return _write(body, "w")
 
 
 @router.post("/append", response_model=None, responses={**TEXT_OK, **guest_errors(400)})
-def append(body: WriteBody) -> Any:
+def append(body: WriteRequest) -> Any:
     return _write(body, "a")
 
 
 @router.post("/opt", response_model=None, responses=TEXT_OK)
-def opt(body: OptBody, state: StateDep) -> Response:
+def opt(body: OptRequest, state: StateDep) -> Response:
     """Depth limit of the accessibility tree."""
     state.a11y_depth = body.depth
     return PlainTextResponse("OK")
 
 
 @router.post("/chimerax/run", responses=guest_errors(502))
-def chimerax_run(body: ChimeraxBody) -> Any:
+def chimerax_run(body: ChimeraxRequest) -> Any:
     """Forward a command to ChimeraX's REST remote control on this desktop."""
     try:
         resp = httpx.get(f"http://localhost:{body.port}/run", params={"command": body.command},

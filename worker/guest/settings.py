@@ -7,7 +7,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-MIN_TOKEN_LENGTH = 16
+from coda.guestenv import MIN_TOKEN_LENGTH, TOKEN_ENV
+
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -64,11 +65,11 @@ class GuestSettings(BaseSettings):
             if self.token is None and self.bind_host not in LOOPBACK:
                 raise MissingTokenError(
                     f"refusing to serve a throw-away display without a token on {self.bind_host}:"
-                    " bind to 127.0.0.1 or set CODA_GUEST_TOKEN")
+                    f" bind to 127.0.0.1 or set {TOKEN_ENV}")
             return
         value = self.token.get_secret_value() if self.token else ""
         if len(value) < MIN_TOKEN_LENGTH:
             raise MissingTokenError(
-                "refusing to start: set CODA_GUEST_TOKEN (or --token) to a secret of at least "
+                f"refusing to start: set {TOKEN_ENV} (or --token) to a secret of at least "
                 f"{MIN_TOKEN_LENGTH} characters, or pass --throwaway-local-display for a local "
                 "display nobody else can reach")

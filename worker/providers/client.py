@@ -30,23 +30,34 @@ from coda.actions import Action, Answer, Done, Fail, to_pyautogui
 from coda.contracts.desktop import (
     ActResult,
     BrokenReason,
+    CelestiaReply,
+    CelestiaRequest,
     CheckReply,
+    ChimeraxReply,
+    ChimeraxRequest,
     CloseAppsReply,
     CommandReply,
     DesktopBroken,
+    GrassReply,
+    GrassRequest,
     GuestKind,
     Health,
     ImageFormat,
     Observation,
+    OptRequest,
     WindowInfo,
+    WriteRequest,
 )
 from coda.logging import get_logger
-from worker.guest.capture import encode, is_blank, scale
+from coda.screenshots import encode, is_blank, scale
 
 ReplyT = TypeVar("ReplyT", bound=BaseModel)
 OSWORLD_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "
 OSWORLD_PROBE_S = 1.0
 """Readiness probes of OSWorld's server (each one a screenshot) are this far apart at least."""
+
+GRASS_ROUTE = "/coda/grass"
+CELESTIA_ROUTE = "/coda/celestia"
 
 log = get_logger("worker.providers")
 WINDOWS: TypeAdapter[list[WindowInfo]] = TypeAdapter(list[WindowInfo])
@@ -273,12 +284,22 @@ class GuestClient:
 
     # ScienceBoard routes (also on the project's agent) ------------------------------------
 
-    def post_json(self, path: str, body: dict[str, Any], *, timeout: float = 240.0) -> Any:
-        resp = self._ok(self.request("POST", path, json=body, timeout=timeout))
-        try:
-            return resp.json()
-        except ValueError:
-            return resp.text
+    def append(self, path: str, content: str) -> None:
+        """``/append``: ``content`` added to the desktop's file ``path``."""
+        self._post("/append", WriteRequest(path=path, content=content))
+
+    def set_a11y_depth(self, depth: int) -> None:
+        """``/opt``: the accessibility tree's depth limit."""
+        self._post("/opt", OptRequest(depth=depth))
+
+    def chimerax(self, port: int, command: str) -> ChimeraxReply:
+        """``/chimerax/run``: one command for ChimeraX's REST remote control on ``port``."""
+        resp = self._post("/chimerax/run", ChimeraxRequest(port=port, command=command))
+        return self._reply(resp, ChimeraxReply, "/chimerax/run")
+
+    def _post(self, path: str, body: BaseModel, *, timeout: float = 240.0) -> httpx.Response:
+        return self._ok(self.request("POST", path, json=body.model_dump(mode="json"),
+                                     timeout=timeout))
 
     # the project's agent only ------------------------------------------------------------
 
@@ -292,3 +313,15 @@ class GuestClient:
         """Kill every process the agent started; what it killed and the windows left."""
         resp = self._ok(self.request("POST", "/coda/close_apps", timeout=60))
         return CloseAppsReply.model_validate_json(resp.content)
+
+    def grass(self, request: GrassRequest) -> GrassReply:
+        """``/coda/grass``: one operation of GRASS GIS's GUI state reader."""
+        resp = self.request("POST", GRASS_ROUTE, json=request.model_dump(mode="json"),
+                            timeout=request.timeout_s + 30)
+        return self._reply(resp, GrassReply, GRASS_ROUTE)
+
+    def celestia(self, request: CelestiaRequest) -> CelestiaReply:
+        """``/coda/celestia``: Celestia's state dump, or its dump server's version."""
+        resp = self.request("POST", CELESTIA_ROUTE, json=request.model_dump(mode="json"),
+                            timeout=request.timeout_s + 30)
+        return self._reply(resp, CelestiaReply, CELESTIA_ROUTE)

@@ -1,6 +1,6 @@
 """The ``docker`` provider's desktop-container mode: per slot one container of the desktop slot
 image (``deploy/docker/Dockerfile.desktop``, ``coda-desktop:latest``) running Xvfb, the window
-manager and the project's guest agent (``worker.providers.session``) as a non-root user.
+manager and the project's guest agent (``worker.guest.session``) as a non-root user.
 
 * Start: a container named ``<name_prefix>-<slot>`` with a token generated for the slot
   (``CODA_GUEST_TOKEN``) and the screen size (``CODA_DESKTOP_SCREEN``); the agent's port (5000)
@@ -16,7 +16,7 @@ manager and the project's guest agent (``worker.providers.session``) as a non-ro
   ``reset="recreate"``: remove the container and run a new one from the image (everything
   fresh, slower: see ``benchmarks/results/env.json``).
 * Health: the container's state first: a session that exited says which process died (exit
-  code 3/4 ``x_crashed``, 5 ``agent_gone``: :data:`worker.providers.session.EXIT_REASONS`);
+  code 3/4 ``x_crashed``, 5 ``agent_gone``: :data:`coda.contracts.desktop.SESSION_EXIT_REASONS`);
   killed, out of memory or gone is ``vm_off``. Then the agent's own health.
 * Close removes the container. At the provider's first desktop (or probe), containers an
   earlier run of this worker left with its prefix are removed: those labelled
@@ -35,7 +35,15 @@ import secrets
 import time
 from typing import Any
 
-from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
+from coda.contracts.desktop import (
+    SESSION_EXIT_REASONS,
+    BrokenReason,
+    DesktopBroken,
+    Health,
+    ProviderDown,
+    ProviderFault,
+)
+from coda.guestenv import TOKEN_ENV
 from worker.providers.base import GuestLayout, ProviderConflict, log
 from worker.providers.client import GuestClient, GuestError
 from worker.providers.docker_base import (
@@ -50,7 +58,6 @@ from worker.providers.docker_base import (
     unreachable,
 )
 from worker.providers.image import SCIENCEBOARD_IMAGE
-from worker.providers.session import EXIT_REASONS
 
 AGENT_PORT = 5000
 APPS_PORT = 8000
@@ -107,7 +114,7 @@ class ContainerDesktop(ContainerSlot):
             self.client.images.get(image)  # not there: missing (run would try a registry)
             self.container = self.client.containers.run(
                 image, name=self.name, detach=True,
-                environment={"CODA_GUEST_TOKEN": self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
+                environment={TOKEN_ENV: self.token, "CODA_DESKTOP_SCREEN": f"{w}x{h}",
                              "CODA_DESKTOP_ID": self.name},
                 labels=self.labels,
                 ports={f"{AGENT_PORT}/tcp": (self.s.bind_host, None),
@@ -210,7 +217,7 @@ class ContainerDesktop(ContainerSlot):
             return Health(ok=True)
         state = self.container.attrs.get("State", {})
         code = int(state.get("ExitCode", -1))
-        reason = EXIT_REASONS.get(code, BrokenReason.VM_OFF)
+        reason = SESSION_EXIT_REASONS.get(code, BrokenReason.VM_OFF)
         detail = (f"container {self.container.status} (exit {code}"
                   f"{', out of memory' if state.get('OOMKilled') else ''}): {self._log_tail()}")
         return Health(ok=False, reason=reason, detail=detail)

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
-from coda.procs import free_port, stop_process
-from worker.guest import commands
+from coda.guestenv import TOKEN_ENV
+from coda.procs import free_port, kill_marked, stop_process
+from coda.xserver import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 from worker.providers.base import Desktop, GuestLayout, Provider, log
-from worker.providers.client import GuestClient
+from worker.providers.client import GuestClient, GuestError
 from worker.providers.image import SCIENCEBOARD_IMAGE, SlotImage
-from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
 
 @dataclass
@@ -43,6 +43,8 @@ class LocalSettings:
     close_timeout_s: float = 10.0
 
 
+NOT_YET = (subprocess.TimeoutExpired, GuestError)
+"""What a probe of a starting or closing slot raises while the answer is "not yet"."""
 X_PROGRAMS = ("Xvfb", "xauth", "xsetroot", "xprop")
 """What every local desktop runs besides its window manager and the guest agent."""
 
@@ -116,7 +118,7 @@ class LocalDesktop(Desktop):
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host",
                               "127.0.0.1", "--port", str(port), "--display", self.display,
                               "--desktop-id", self.id],
-                    env={**base_env, "CODA_GUEST_TOKEN": self.token})
+                    env={**base_env, TOKEN_ENV: self.token})
         log.info("local.started", slot=self.slot, display=self.display, port=port)
         return GuestClient(f"http://127.0.0.1:{port}", token=self.token)
 
@@ -138,12 +140,13 @@ class LocalDesktop(Desktop):
 
     def _start_wm(self, env: dict[str, str]) -> None:
         self._spawn("wm", list(self.settings.window_manager), env=env)
-        wait_for(lambda: wm_running(env), self.settings.start_timeout_s, "the window manager")
+        wait_for(lambda: wm_running(env), self.settings.start_timeout_s, "the window manager",
+                 NOT_YET)
 
     def _revert(self) -> GuestClient | None:
         guest = self._guest()
         guest.close_apps()
-        left = wait_for(lambda: not guest.windows(), self.settings.close_timeout_s, None)
+        left = wait_for(lambda: not guest.windows(), self.settings.close_timeout_s, None, NOT_YET)
         if not left:
             raise DesktopBroken(BrokenReason.NOT_ANSWERING, "windows survived closing the apps")
         self.settings.image.populate(self.home)
@@ -153,7 +156,7 @@ class LocalDesktop(Desktop):
         agent = self._procs.pop("agent", None)
         if agent is not None:
             stop_process(agent, timeout=5)
-        commands.kill_marked(self.id)
+        kill_marked(self.id)
         for name in ("wm", "xvfb"):
             proc = self._procs.pop(name, None)
             if proc is not None:

@@ -8,10 +8,10 @@ The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's fi
 number variable compared with non-number text (a complex value: the panel shows its real part);
 GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
 except tasks whose expected values are facts of ScienceBoard's real data sets
-(:func:`worker.tasks.adapters.grass.data_blocker`); ChimeraX, Lean and the other applications
-need ScienceBoard's images (ChimeraX is not in Debian, Lean needs their Lean project); Celestia
-is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its answer tasks counted
-where this build's data gives the expected answer
+(:func:`worker.tasks.adapters.grass.checkers.data_blocker`); ChimeraX, Lean and the other
+applications need ScienceBoard's images (ChimeraX is not in Debian, Lean needs their Lean
+project); Celestia is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its
+answer tasks counted where this build's data gives the expected answer
 (:func:`worker.tasks.adapters.celestia.data_blocker`).
 """
 
@@ -29,7 +29,9 @@ from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.providers.image import celestia as celestia_build
 from worker.tasks.adapters import app_checker, app_step
 from worker.tasks.adapters.celestia import data_blocker as celestia_data_blocker
-from worker.tasks.adapters.grass import FALLBACK_TERMINAL, GRASS, TERMINAL, data_blocker
+from worker.tasks.adapters.grass.adapter import GRASS
+from worker.tasks.adapters.grass.checkers import data_blocker
+from worker.tasks.adapters.grass.steps import FALLBACK_TERMINAL, TERMINAL
 from worker.tasks.checkers import GENERIC_CHECKERS
 from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
 

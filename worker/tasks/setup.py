@@ -57,7 +57,7 @@ def _touch(ctx: TaskContext, step: SetupStep) -> str:
 
 
 def _opt(ctx: TaskContext, step: SetupStep) -> str:
-    ctx.guest.post_json("/opt", {"depth": int(params(step).get("depth", 50))})
+    ctx.guest.set_a11y_depth(int(params(step).get("depth", 50)))
     return "accessibility depth set"
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from worker.tasks.adapters.base import AppAdapter, CheckHandler, StepHandler
 from worker.tasks.adapters.celestia import CELESTIA
 from worker.tasks.adapters.chimerax import CHIMERAX
-from worker.tasks.adapters.grass import GRASS
-from worker.tasks.adapters.kalgebra import KALGEBRA
+from worker.tasks.adapters.grass.adapter import GRASS
+from worker.tasks.adapters.kalgebra.adapter import KALGEBRA
 from worker.tasks.adapters.lean import LEAN
 from worker.tasks.adapters.texstudio import TEXSTUDIO
 

@@ -29,14 +29,10 @@ class ChimeraxUnavailable(RuntimeError):
 def run(ctx: TaskContext, command: str) -> tuple[list[str], bool]:
     """(log notes, succeeded) of one ChimeraX command."""
     try:
-        reply = ctx.guest.post_json("/chimerax/run",
-                                    {"port": ctx.layout.portlike, "command": command})
+        reply = ctx.guest.chimerax(ctx.layout.portlike, command)
     except GuestError as exc:
         raise ChimeraxUnavailable(f"ChimeraX remote control: {exc.detail[:300]}") from exc
-    if not isinstance(reply, dict):
-        raise ChimeraxUnavailable(f"ChimeraX answered {str(reply)[:200]!r}")
-    notes = list((reply.get("log messages") or {}).get("note") or [])
-    return notes, reply.get("error") is None
+    return reply.notes, reply.error is None
 
 
 def _command_step(build: Any) -> Any:

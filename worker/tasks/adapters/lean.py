@@ -72,7 +72,7 @@ def step_query(ctx: TaskContext, step: SetupStep) -> str:
     buf = _buffer(ctx)
     _blank_line(buf)
     buf.append(header + "\n  sorry\n")
-    ctx.guest.post_json("/append", {"path": path, "content": "\n".join(buf)})
+    ctx.guest.append(path, "\n".join(buf))
     return f"appended to {path}"
 
 

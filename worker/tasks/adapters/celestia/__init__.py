@@ -27,7 +27,7 @@ from worker.providers.client import GuestError
 from worker.providers.image import celestia as build
 from worker.tasks.adapters.base import AppAdapter
 from worker.tasks.adapters.celestia import app
-from worker.tasks.adapters.grass import judge
+from worker.tasks.adapters.grass.checkers import judge
 from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 log = get_logger(__name__)

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from coda.contracts.desktop import WindowInfo
+from coda.contracts.desktop import CelestiaRequest, WindowInfo
 from worker.providers.client import GuestError
 from worker.tasks import polling
 from worker.tasks.context import TaskContext
 
-ROUTE = "/coda/celestia"
 POLL_S = 0.2
 MAIN_TITLE = "Celestia"
 SPLASH_MAX_SIDE = 700  # the splash image is 674 x 491, a fresh main window 800 x 600
@@ -31,19 +30,17 @@ class DumpError(RuntimeError):
 
 def call(ctx: TaskContext, op: str, query: list[dict[str, Any]] | None = None,
          timeout_s: float = 20.0) -> Any:
-    body = {"port": ctx.layout.portlike, "op": op, "query": query or [],
-            "timeout_s": timeout_s}
+    request = CelestiaRequest.model_validate({"port": ctx.layout.portlike, "op": op,
+                                              "query": query or [], "timeout_s": timeout_s})
     try:
-        reply = ctx.guest.post_json(ROUTE, body, timeout=timeout_s + 30)
+        reply = ctx.guest.celestia(request)
     except GuestError as exc:
         if exc.status == 502:
             raise DumpError(f"Celestia's dump ({op}): {exc.detail[:300]}") from exc
         if exc.status in (404, 405, 503, 504):
             raise Unreadable(f"Celestia's state ({op}): {exc.detail[:300]}") from exc
         raise
-    if not isinstance(reply, dict) or "result" not in reply:
-        raise DumpError(f"Celestia's dump ({op}): {str(reply)[:200]}")
-    return reply["result"]
+    return reply.result
 
 
 def dump(ctx: TaskContext, query: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coda.contracts.desktop import GrassOp, GrassRequest
 from worker.providers.client import GuestError
 from worker.tasks import polling
 from worker.tasks.context import TaskContext
@@ -18,7 +19,6 @@ GUEST_DIR = "/home/user/.coda/grass"
 READER_PATH = f"{GUEST_DIR}/wxgui_state.py"
 WRAPPER_PATH = f"{GUEST_DIR}/python"
 SYSTEM_PYTHON = "/usr/bin/python3"
-ROUTE = "/coda/grass"
 POLL_S = 0.2
 
 T = TypeVar("T")
@@ -33,19 +33,17 @@ class GuiError(RuntimeError):
     """The reader answered, but the operation failed in the GUI."""
 
 
-def call(ctx: TaskContext, op: str, *, timeout_s: float = 30.0, **args: Any) -> Any:
+def call(ctx: TaskContext, op: GrassOp, *, timeout_s: float = 30.0, **args: Any) -> Any:
     """One operation of the reader; its result."""
     try:
-        reply = ctx.guest.post_json(ROUTE, {"op": op, "args": args, "timeout_s": timeout_s},
-                                    timeout=timeout_s + 30)
+        reply = ctx.guest.grass(GrassRequest(op=op, args=args, timeout_s=timeout_s))
     except GuestError as exc:
         if exc.status in (404, 405, 502, 503, 504):
             raise Unreadable(f"GRASS GIS's GUI state ({op}): {exc.detail[:300]}") from exc
         raise
-    if not isinstance(reply, dict) or not reply.get("ok"):
-        error = reply.get("error") if isinstance(reply, dict) else reply
-        raise GuiError(f"GRASS GIS's GUI could not {op}: {str(error)[:500]}")
-    return reply.get("result")
+    if not reply.ok:
+        raise GuiError(f"GRASS GIS's GUI could not {op}: {str(reply.error)[:500]}")
+    return reply.result
 
 
 def wait_for(probe: Callable[[], T | None], what: str, timeout: float) -> T:
@@ -69,13 +67,13 @@ def install_reader(ctx: TaskContext) -> str:
 
 def ready(ctx: TaskContext) -> dict[str, Any] | None:
     """The GUI's readiness when the Layer Manager, a map display and the data catalog are up."""
-    state = call(ctx, "ready")
+    state = call(ctx, GrassOp.READY)
     ok = isinstance(state, dict) and all(state.get(k) for k in ("frame", "display", "catalog"))
     return state if ok else None
 
 
 def dump(ctx: TaskContext) -> dict[str, Any]:
-    state = call(ctx, "dump")
+    state = call(ctx, GrassOp.DUMP)
     if not isinstance(state, dict):
         raise GuiError(f"the state dump is not an object: {str(state)[:200]}")
     return state

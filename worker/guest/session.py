@@ -1,6 +1,8 @@
 """One desktop session in this machine: Xvfb, the window manager and the guest agent, started
 with the local provider's readiness probes and supervised. The entry point of the desktop slot
-image (``deploy/docker/Dockerfile.desktop``): ``python -m worker.providers.session serve``.
+image (``deploy/docker/Dockerfile.desktop``): ``python -m worker.guest.session serve``. It is
+the desktop side, as the agent is: no provider imports it (the exit codes a provider reads are
+:data:`coda.contracts.desktop.SESSION_EXIT_REASONS`).
 
 Start-up probes instead of sleeping, as the local provider does: Xvfb reports its display on a
 file descriptor once it accepts clients (``-displayfd``), the window manager is up when it
@@ -10,9 +12,9 @@ and a screenshot, as for every desktop). Only clients holding the session's X co
 (``$XDG_RUNTIME_DIR/Xauthority``) may connect to the display.
 
 Supervision: when Xvfb, the window manager or the agent exits, the others are stopped and the
-session exits with a code naming the one that died (:data:`EXIT_CODES`), so the container's
-exit code carries a typed reason to the provider. ``SIGTERM`` / ``SIGINT`` stop everything
-(exit 0). Settings come from the environment (the image sets them):
+session exits with a code naming the one that died (:data:`SESSION_EXIT_CODES`), so the
+container's exit code carries a typed reason to the provider. ``SIGTERM`` / ``SIGINT`` stop
+everything (exit 0). Settings come from the environment (the image sets them):
 
 * ``CODA_GUEST_TOKEN`` (required, >= 16 characters: the session refuses to start without one),
   or else the VM's ``guestinfo.coda.token`` (:mod:`worker.guest.guestinfo`: VMware Tools' RPC,
@@ -44,27 +46,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from coda.contracts.desktop import BrokenReason
+from coda.contracts.desktop import (
+    SESSION_EXIT_CODES,
+    SESSION_EXIT_CONFIG,
+    SESSION_EXIT_START,
+)
+from coda.guestenv import MIN_TOKEN_LENGTH, TOKEN_ENV, TOKEN_KEY, is_guestinfo_env
 from coda.logging import configure_logging, get_logger
 from coda.procs import stop_process
-from worker.guest.guestinfo import TOKEN_KEY, is_guestinfo_env, read_guestinfo
+from coda.xserver import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
+from worker.guest.guestinfo import read_guestinfo
 from worker.guest.home import HomeTemplateMissing, restore_home
-from worker.guest.settings import MIN_TOKEN_LENGTH
-from worker.providers.xsession import ROOT_PATTERN, start_xvfb, wait_for, wm_running, xauth_add
 
 log = get_logger("desktop.session")
 
-EXIT_CONFIG = 2
-EXIT_START = 6
-EXIT_CODES = {"xvfb": 3, "wm": 4, "agent": 5}
 X_DEATH_WINDOW_S = 2.0
 """After the window manager or agent exits, how long to look whether Xvfb exited too."""
-"""The session's exit code when that process died (2: refused to start, bad settings; 6: a
-process did not start)."""
-EXIT_REASONS = {3: BrokenReason.X_CRASHED, 4: BrokenReason.X_CRASHED, 5: BrokenReason.AGENT_GONE,
-                EXIT_CONFIG: BrokenReason.START_FAILED, EXIT_START: BrokenReason.START_FAILED}
-"""What a session's exit code means to a provider (any other code: the container was killed,
-ran out of memory or removed: ``vm_off``)."""
 
 
 class SessionError(ValueError):
@@ -85,9 +82,9 @@ class SessionSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SessionSettings:
-        token = env.get("CODA_GUEST_TOKEN") or read_guestinfo(TOKEN_KEY, env) or ""
+        token = env.get(TOKEN_ENV) or read_guestinfo(TOKEN_KEY, env) or ""
         if len(token) < MIN_TOKEN_LENGTH:
-            raise SessionError(f"refusing to start: set CODA_GUEST_TOKEN (or the VM's "
+            raise SessionError(f"refusing to start: set {TOKEN_ENV} (or the VM's "
                                f"guestinfo.{TOKEN_KEY}) to a secret of at least "
                                f"{MIN_TOKEN_LENGTH} characters (`coda guest token` makes one)")
         template = env.get("CODA_DESKTOP_HOME_TEMPLATE")
@@ -140,7 +137,7 @@ class Session:
         self.display = self._start_xvfb(xauth)
         xauth_add(xauth, self.display, cookie)  # the clients look theirs up by display
         env = {k: v for k, v in os.environ.items()  # the applications never see the token
-               if k != "CODA_GUEST_TOKEN" and not is_guestinfo_env(k)}
+               if k != TOKEN_ENV and not is_guestinfo_env(k)}
         env.update(DISPLAY=self.display, XAUTHORITY=str(xauth))
         self._spawn("wm", list(self.s.window_manager), env)
         wait_for(lambda: wm_running(env), self.s.start_timeout_s, "the window manager")
@@ -148,7 +145,7 @@ class Session:
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host", self.s.host,
                               "--port", str(self.s.port), "--display", self.display,
                               "--desktop-id", self.s.desktop_id],
-                    {**env, "CODA_GUEST_TOKEN": self.s.token})
+                    {**env, TOKEN_ENV: self.s.token})
         w, h = self.s.screen
         log.info("desktop.session_started", display=self.display, screen=f"{w}x{h}",
                  port=self.s.port, pids={n: p.pid for n, p in self.procs.items()})
@@ -166,7 +163,7 @@ class Session:
         return display
 
     def wait(self) -> int:
-        """Until one of the processes exits (its exit code, :data:`EXIT_CODES`) or a stop
+        """Until one of the processes exits (its exit code, :data:`SESSION_EXIT_CODES`) or a stop
         signal arrives (0)."""
         by_pid = {p.pid: n for n, p in self.procs.items()}
         try:
@@ -180,7 +177,7 @@ class Session:
                     name = "xvfb"  # the window manager or agent lost its display: X is the cause
                 log.error("desktop.session_process_exited", process=name,
                           code=self.procs[name].returncode)
-                return EXIT_CODES[name]
+                return SESSION_EXIT_CODES[name]
         except _Stop as stop:
             log.info("desktop.session_stopping", signal=str(stop))
             return 0
@@ -210,12 +207,12 @@ class Session:
 
 
 def serve(env: Mapping[str, str]) -> int:
-    """Start the session and supervise it; the exit code (:data:`EXIT_CODES`)."""
+    """Start the session and supervise it; the exit code (:data:`SESSION_EXIT_CODES`)."""
     try:
         settings = SessionSettings.from_env(env)
     except (SessionError, ValueError) as exc:
         log.error("desktop.session_refused", detail=str(exc))
-        return EXIT_CONFIG
+        return SESSION_EXIT_CONFIG
     session = Session(settings)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
@@ -227,7 +224,7 @@ def serve(env: Mapping[str, str]) -> int:
         return 0
     except Exception as exc:  # the session's top level: logged, its exit code
         log.error("desktop.session_start_failed", detail=str(exc), exc_info=True)
-        return EXIT_START
+        return SESSION_EXIT_START
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
@@ -235,7 +232,7 @@ def serve(env: Mapping[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m worker.providers.session",
+    p = argparse.ArgumentParser(prog="python -m worker.guest.session",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["serve"])
     p.parse_args(argv)

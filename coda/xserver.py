@@ -2,8 +2,10 @@
 reports its display on a file descriptor once it accepts clients (``-displayfd``), only clients
 holding the session's cookie may connect, the window manager is up when it publishes
 ``_NET_SUPPORTING_WM_CHECK``, and the root window gets a pattern that tells a started desktop
-from a blank screen. Used by the local provider's slots (:mod:`worker.providers.local`) and by
-the desktop container's session (:mod:`worker.providers.session`)."""
+from a blank screen. Shared by the driver side and the desktop side: the local provider's
+slots (:mod:`worker.providers.local`) and the desktop container's session
+(:mod:`worker.guest.session`). (The agent's own connection to its display is
+:mod:`worker.guest.xsession`.)"""
 
 from __future__ import annotations
 
@@ -16,24 +18,24 @@ from pathlib import Path
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken
 from coda.logging import get_logger
-from worker.providers.client import GuestError
 
-log = get_logger("worker.providers.xsession")
+log = get_logger("coda.xserver")
 
 ROOT_PATTERN = ["-mod", "8", "8", "-fg", "#4a6c94", "-bg", "#3b5a80"]
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str | None) -> bool:
+def wait_for(check: Callable[[], bool], timeout: float, what: str | None,
+             not_yet: tuple[type[Exception], ...] = (subprocess.TimeoutExpired,)) -> bool:
     """Poll ``check()`` until true; raise (naming ``what``) or return False after ``timeout``.
-    A probe that cannot answer yet (``xprop`` timing out, the agent answering an error) is
-    "not yet", logged; any other error is raised."""
+    A probe that cannot answer yet (``xprop`` timing out; an error of ``not_yet``, such as the
+    agent answering an error) is "not yet", logged; any other error is raised."""
     deadline = time.monotonic() + timeout
     last: str | None = None
     while True:
         try:
             if check():
                 return True
-        except (subprocess.TimeoutExpired, GuestError) as exc:
+        except not_yet as exc:
             last = f"{type(exc).__name__}: {exc}"
             log.debug("local.probe_not_yet", what=what, error=last)
         if time.monotonic() >= deadline:
