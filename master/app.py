@@ -149,7 +149,6 @@ def _errors(app: FastAPI, s: MasterSettings) -> None:
         return handle
 
     app.add_exception_handler(errors.LeaseLost, handler(409))
-    app.add_exception_handler(errors.StepRefused, handler(409))
     app.add_exception_handler(errors.JobNotFound, handler(404))
     app.add_exception_handler(errors.BatchNotFound, handler(404))
     app.add_exception_handler(errors.WorkerNotFound, handler(404))
@@ -166,7 +165,15 @@ def _errors(app: FastAPI, s: MasterSettings) -> None:
         return safe_json({"detail": [{"loc": ["body"], "msg": str(exc), "type": "task_invalid"}]},
                          422)
 
+    async def step_refused(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, errors.StepRefused)
+        if exc.field is None:  # the lease does not allow it
+            return safe_json({"detail": str(exc)}, 409)
+        return safe_json({"detail": [{"loc": ["body", *exc.field.split(".")], "msg": str(exc),
+                                      "type": "value_error"}]}, 422)
+
     app.add_exception_handler(errors.InvalidResult, invalid_result)
+    app.add_exception_handler(errors.StepRefused, step_refused)
     app.add_exception_handler(TaskLoadError, invalid_task)
 
 

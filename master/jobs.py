@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
@@ -31,7 +31,7 @@ from coda.contracts.records import JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master import idempotency, lifecycle
 from master.clock import Clock, ms
-from master.errors import EpisodeNotFound, InvalidResult, LeaseLost, StepRefused
+from master.errors import EpisodeNotFound, InvalidResult, JobNotFound, LeaseLost, StepRefused
 from master.queue.redis_queue import RedisQueue
 from master.repos import batches as batch_rows
 from master.repos import jobs as job_rows
@@ -190,55 +190,55 @@ async def heartbeat_many(
     return out
 
 
-async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: Step) -> None:
-    """Store a step of the episode this job runs (idempotent per attempt and index)."""
-    if await step_rows.insert_for_lease(pg, job_id, token, step):
-        return
-    outcome, status, detail = _refusal(job_id, await job_rows.lease_of(pg, job_id), token, step)
-    if outcome == "lost":
-        raise LeaseLost(job_id, status)
-    raise StepRefused(detail)
+LABEL_BY_MASTER = "step.label: set by the master from the episode's verdict, not by a worker"
 
-
-StepOutcome = tuple[Literal["stored", "lost", "refused"], str | None, str | None]
-"""What became of one step report: (``stored`` | ``lost`` | ``refused``, the job's status
-when lost, why when refused)."""
-
-
-def _refusal(job_id: uuid.UUID, row: asyncpg.Record | None, token: str,
-             step: Step) -> StepOutcome:
-    """Why a report the lease did not allow was not stored (``row``: the job's lease, None
-    when there is no such job)."""
-    if row is None:
-        return ("lost", None, None)
-    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
-        return ("lost", row["status"], None)
-    if row["kind"] != JobKind.EPISODE:
-        return ("refused", None, f"job {job_id} is a {row['kind']} job: only episode jobs "
-                "have steps")
-    return ("refused", None, f"step.attempt: {step.attempt} is not the attempt of this lease "
-            f"({row['attempts']}); leave it out, the master sets it")
+StepRefusal = LeaseLost | JobNotFound | StepRefused
+"""Why a step report was not stored: the job is not held with its token (:class:`LeaseLost`;
+:class:`JobNotFound` when there is no such job) or the report does not fit the lease
+(:class:`StepRefused`)."""
 
 
 async def report_steps(pg: asyncpg.Pool,
-                       reports: list[tuple[uuid.UUID, str, Step]]) -> list[StepOutcome]:
-    """Store many step reports (a worker's batched call) in one statement, each as
-    :func:`report_step` would; their outcomes in the order sent. Of reports of one job, token
+                       reports: list[tuple[uuid.UUID, str, Step]]) -> list[StepRefusal | None]:
+    """Store step reports ``(job_id, token, step)`` of the episodes their jobs run (a single
+    report is a batch of one; a worker's batched call sends many) in one statement,
+    idempotent per attempt and index. For each, in the order sent: None when stored, else why
+    not. A report that sets ``step.label`` is refused: the master labels steps from the
+    judge's verdict, and a worker's label would be taken for one. Of reports of one job, token
     and index, the last is stored and the others are answered as it is."""
+    answers: list[StepRefusal | None] = [None] * len(reports)
     last: dict[tuple[uuid.UUID, str, int], int] = {}
     for n, (job_id, token, step) in enumerate(reports):
-        last[(job_id, token, step.index)] = n
+        if step.label is not None:
+            answers[n] = StepRefused(LABEL_BY_MASTER, field="step.label")
+        else:
+            last[(job_id, token, step.index)] = n
     kept = sorted(last.values())
-    stored = await step_rows.insert_many_for_lease(pg, [reports[n] for n in kept])
-    outcome: dict[int, StepOutcome] = {n: ("stored", None, None)
-                                      for k, n in enumerate(kept) if k in stored}
-    refused = [n for n in kept if n not in outcome]
+    stored = await step_rows.insert_for_lease(pg, [reports[n] for n in kept])
+    refused = [n for k, n in enumerate(kept) if k not in stored]
     if refused:
         rows = await job_rows.leases_of(pg, list({reports[n][0] for n in refused}))
         for n in refused:
             job_id, token, step = reports[n]
-            outcome[n] = _refusal(job_id, rows.get(job_id), token, step)
-    return [outcome[last[(job_id, token, step.index)]] for job_id, token, step in reports]
+            answers[n] = _refusal(job_id, rows.get(job_id), token, step)
+    for n, (job_id, token, step) in enumerate(reports):
+        if step.label is None:
+            answers[n] = answers[last[(job_id, token, step.index)]]
+    return answers
+
+
+def _refusal(job_id: uuid.UUID, row: asyncpg.Record | None, token: str,
+             step: Step) -> StepRefusal:
+    """Why a report the lease did not allow was not stored (``row``: the job's lease, None
+    when there is no such job)."""
+    if row is None:
+        return JobNotFound(str(job_id))
+    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
+        return LeaseLost(job_id, row["status"])
+    if row["kind"] != JobKind.EPISODE:
+        return StepRefused(f"job {job_id} is a {row['kind']} job: only episode jobs have steps")
+    return StepRefused(f"step.attempt: {step.attempt} is not the attempt of this lease "
+                       f"({row['attempts']}); leave it out, the master sets it")
 
 
 async def complete(

@@ -18,6 +18,7 @@ from coda.contracts.master_api import (
     JobHeartbeatResponse,
     JobRelease,
     JobState,
+    JobStepReport,
     LeaseBeat,
     LeaseHeartbeats,
     LeaseHeartbeatsResponse,
@@ -29,9 +30,11 @@ from coda.contracts.master_api import (
     StepReports,
     StepReportsResponse,
 )
+from coda.contracts.records import Step
 from coda.service import error_responses
 from master import idempotency, jobs, tokens
 from master.auth import Admin, Reader, WorkerAuth
+from master.errors import LeaseLost, StepRefused
 from master.idempotency import IdempotencyKey
 from master.repos import jobs as job_rows
 from master.repos import workers
@@ -150,40 +153,48 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
     return JobHeartbeatResponse(lease_expires_at=expires)
 
 
-_LABEL_BY_MASTER = "set by the master from the episode's verdict, not by a worker"
-
-
 @router.post("/steps")
 async def report_steps(body: StepReports, core: State, _: WorkerAuth) -> StepReportsResponse:
-    """Store the steps a worker's slots made since its last call, in one call (as
-    ``POST /v1/jobs/{job_id}/steps`` stores one): each report is ``stored``, ``lost`` (stop
-    working on that job) or ``refused`` (``detail`` says why), in the order sent."""
-    allowed = [(n, r) for n, r in enumerate(body.reports) if r.step.label is None]
-    stored = await jobs.report_steps(core.pg, [(r.job_id, r.lease_token, r.step)
-                                               for _, r in allowed])
-    outcomes = [StepReportOutcome(job_id=r.job_id, index=r.step.index, outcome="refused",
-                                  detail=f"step.label: {_LABEL_BY_MASTER}") for r in body.reports]
-    for (n, r), (outcome, job_status, detail) in zip(allowed, stored, strict=True):
-        outcomes[n] = StepReportOutcome(job_id=r.job_id, index=r.step.index,
-                                        outcome=outcome,
-                                        status=job_status, detail=detail)
-    if core.metrics:
-        core.metrics.steps.inc(sum(o.outcome == "stored" for o in outcomes))
-    return StepReportsResponse(reports=outcomes)
+    """Store the steps a worker's slots made since its last call, in one call: each report is
+    ``stored``, ``lost`` (stop working on that job) or ``refused`` (``detail`` says why: a
+    report that sets ``step.label`` is, as the master labels steps from the judge's verdict),
+    in the order sent."""
+    answers = await _report(core, [(r.job_id, r.lease_token, r.step) for r in body.reports])
+    return StepReportsResponse(reports=[_outcome(r, answer)
+                                        for r, answer in zip(body.reports, answers, strict=True)])
 
 
 @router.post("/{job_id}/steps", status_code=204, responses=error_responses(404, 409))
 async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
-    """Store one step of the episode this job runs (idempotent per index). A report that
-    sets ``step.label`` is refused (422 naming it): the master labels steps from the judge's
-    verdict, and a worker's label would be taken for one."""
-    if body.step.label is not None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["body", "step", "label"], "type": "value_error",
-             "msg": f"label: {_LABEL_BY_MASTER}"}])
-    await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
+    """Store one step of the episode this job runs (idempotent per index): ``POST
+    /v1/jobs/steps`` with a batch of one, its refusal as this call's error (409 when the lease
+    is lost or does not allow it; 422 naming ``step.label`` when the report sets it: the
+    master labels steps from the judge's verdict, and a worker's label would be taken for
+    one)."""
+    [answer] = await _report(core, [(job_id, body.lease_token, body.step)])
+    if answer is not None:
+        raise answer
+
+
+async def _report(core: AppState,
+                  reports: list[tuple[uuid.UUID, str, Step]]) -> list[jobs.StepRefusal | None]:
+    """Both step routes' one path: :func:`master.jobs.report_steps`, the stored ones counted."""
+    answers = await jobs.report_steps(core.pg, reports)
     if core.metrics:
-        core.metrics.steps.inc()
+        core.metrics.steps.inc(sum(a is None for a in answers))
+    return answers
+
+
+def _outcome(report: JobStepReport, answer: jobs.StepRefusal | None) -> StepReportOutcome:
+    """One report's answer in a batch's response."""
+    job_id, index = report.job_id, report.step.index
+    if answer is None:
+        return StepReportOutcome(job_id=job_id, index=index, outcome="stored")
+    if isinstance(answer, StepRefused):
+        return StepReportOutcome(job_id=job_id, index=index, outcome="refused",
+                                 detail=str(answer))
+    return StepReportOutcome(job_id=job_id, index=index, outcome="lost",
+                             status=answer.status if isinstance(answer, LeaseLost) else None)
 
 
 @router.post("/{job_id}/complete", status_code=204,
