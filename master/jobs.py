@@ -31,6 +31,7 @@ from coda.contracts.records import JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master import idempotency, lifecycle
 from master.clock import Clock, ms
+from master.db.pg import Conn
 from master.errors import EpisodeNotFound, InvalidResult, JobNotFound, LeaseLost, StepRefused
 from master.queue.redis_queue import RedisQueue
 from master.repos import batches as batch_rows
@@ -318,35 +319,54 @@ async def release(pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, tok
 
 async def expire_leases(pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *,
                         limit: int = 1000) -> int:
-    """Requeue (attempt+1) or fail jobs whose lease ran out by the clock's now. Returns how
-    many were handled."""
+    """Requeue (attempt+1) or fail jobs whose lease ran out by the clock's now
+    (:func:`_give_back`). Returns how many were handled."""
     claimed = await queue.claim_expired(ms(clock.now()), limit)
     if not claimed:
         return 0
     token_of = {uuid.UUID(i): t for i, t in claimed}
-    requeue: list[uuid.UUID] = []
-    retry: list[uuid.UUID] = []
-    dead: list[asyncpg.Record] = []
     async with pg.acquire() as conn, conn.transaction():
-        for r in await job_rows.for_expiry(conn, list(token_of)):
-            if r["status"] == JobStatus.QUEUED:  # popped, never claimed (master died between)
-                requeue.append(r["id"])
-            elif r["status"] == JobStatus.LEASED and r["lease_token"] == token_of[r["id"]]:
-                if r["attempts"] >= r["max_attempts"]:
-                    dead.append(r)
-                else:
-                    retry.append(r["id"])
-        if retry:
-            await job_rows.settle(conn, retry, final=False, error="lease expired")
-            requeue += retry
-        for r in dead:
-            await job_rows.settle(
-                conn, [r["id"]], final=True,
-                error=f"lease expired on attempt {r['attempts']} of {r['max_attempts']}")
-    await publish(pg, queue, requeue)
-    if retry or dead:
-        log.info("queue.leases_expired", requeued=len(retry), failed=len(dead))
+        rows = await job_rows.for_expiry(conn, list(token_of))
+        # popped, never claimed (the master died between): pushed again
+        requeue = [r["id"] for r in rows if r["status"] == JobStatus.QUEUED]
+        held = [r for r in rows if r["status"] == JobStatus.LEASED
+                and r["lease_token"] == token_of[r["id"]]]
+        retried, failed = await _give_back(conn, held, "lease expired")
+    await publish(pg, queue, requeue + retried)
+    if held:
+        log.info("queue.leases_expired", requeued=len(retried), failed=failed)
     return len(claimed)
+
+
+async def take_back(pg: asyncpg.Pool, queue: RedisQueue, *, why: str,
+                    job_ids: list[uuid.UUID] | None = None,
+                    worker_ids: list[uuid.UUID] | None = None) -> tuple[int, int]:
+    """Give the leases of the jobs ``job_ids``, or of the jobs the workers ``worker_ids``
+    hold, back to the queue at once, as an expired lease is (:func:`_give_back`; a revoked
+    worker token): (requeued, failed)."""
+    async with pg.acquire() as conn, conn.transaction():
+        held = await job_rows.leased_for_update(conn, ids=job_ids, worker_ids=worker_ids)
+        retried, failed = await _give_back(conn, held, why)
+    for r in held:
+        await queue.release(str(r["id"]), r["lease_token"])
+    await publish(pg, queue, retried)
+    return len(retried), failed
+
+
+async def _give_back(conn: Conn, held: list[asyncpg.Record],
+                     why: str) -> tuple[list[uuid.UUID], int]:
+    """The one give-back of leases ended for the job's sake (expired, or their worker's token
+    revoked), inside the caller's transaction, ``held`` row-locked: each job is requeued with
+    its attempt counted, or failed when it was its last (``{why} on attempt n of m``). The ids
+    requeued (to publish once committed) and how many failed."""
+    retry = [r["id"] for r in held if r["attempts"] < r["max_attempts"]]
+    dead = [r for r in held if r["attempts"] >= r["max_attempts"]]
+    if retry:
+        await job_rows.settle(conn, retry, final=False, error=why)
+    for r in dead:
+        await job_rows.settle(conn, [r["id"]], final=True,
+                              error=f"{why} on attempt {r['attempts']} of {r['max_attempts']}")
+    return retry, len(dead)
 
 
 async def cancel_batch(pg: asyncpg.Pool, queue: RedisQueue, batch_id: uuid.UUID) -> int | None:
@@ -400,8 +420,7 @@ async def reconcile(pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *,
     removed = 0
     for kind, want in queued.items():
         stray = list(present_by_kind[kind] - want)
-        if stray:
-            await queue.r.zrem(queue.k.ready(kind), *stray)
+        await queue.drop_ready(kind, stray)
         removed += len(stray)
     missing_leases = [h for h in held if h[0] not in leased_now]
     await queue.hold(missing_leases)

@@ -7,12 +7,15 @@
   does the same for ``except Exception``);
 * tests wait on state through :mod:`tests.fixtures.waiting` only: no loop of their own that
   sleeps and polls;
-* tests build their screenshots with :mod:`tests.fixtures.images` only.
+* tests build their screenshots with :mod:`tests.fixtures.images` only;
+* the master's SQL lives in :mod:`master.repos` (its query plumbing in :mod:`master.db`, the
+  schema's history in ``master/migrations``): no other module of the master holds SQL text.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +99,40 @@ def test_tests_build_images_in_one_place() -> None:
             if chunk or encoded:
                 bad.append(f"{where}:{node.lineno}")
     assert not bad, "an image encoded outside tests/fixtures/images.py:\n" + "\n".join(bad)
+
+
+SQL = re.compile(r"\b(select\s+.+\s+from\s|insert\s+into\s|update\s+\w+\s+set\s|delete\s+from\s"
+                 r"|select\s+\d\b)", re.IGNORECASE | re.DOTALL)
+SQL_HOMES = ("master/repos/", "master/db/", "master/migrations/")
+
+
+def sql_outside_repos(where: str, tree: ast.AST) -> list[str]:
+    """Lines of ``where`` (a master module outside :data:`SQL_HOMES`) that hold SQL text: a
+    string (an f-string's text too) that reads as a statement. Docstrings are prose."""
+    prose = {id(n.body[0].value) for n in ast.walk(tree)
+             if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+             and n.body and isinstance(n.body[0], ast.Expr)
+             and isinstance(n.body[0].value, ast.Constant)}
+    return [f"{where}:{line}" for line in sorted({
+        n.lineno for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+        and SQL.search(n.value)})]
+
+
+def test_the_masters_sql_lives_in_its_repositories() -> None:
+    bad = []
+    for where, tree in trees(ROOT / "master"):
+        if not where.startswith(SQL_HOMES):
+            bad += sql_outside_repos(where, tree)
+    assert not bad, "SQL outside master/repos/ (move it to a repository function):\n" + \
+        "\n".join(bad)
+
+
+def test_the_sql_check_finds_sql() -> None:
+    tree = ast.parse('"""select the rows from the docstring: prose."""\n'
+                     'async def f(conn, where):\n'
+                     '    """Update the row set aside."""\n'
+                     '    await conn.fetch(f"select id from jobs where {where} for update")\n'
+                     '    await conn.fetchval("select 1")\n'
+                     '    return "insert into t (a) values ($1)"\n')
+    assert sql_outside_repos("m.py", tree) == ["m.py:4", "m.py:5", "m.py:6"]

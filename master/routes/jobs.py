@@ -37,28 +37,11 @@ from master.auth import Admin, Reader, WorkerAuth
 from master.errors import LeaseLost, StepRefused
 from master.idempotency import IdempotencyKey
 from master.repos import jobs as job_rows
-from master.repos import workers
 from master.repos.jobs import NewJob
-from master.shedding import idle
+from master.shedding import idle, keeps_work
 from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-_KNOWN_WORKERS: set[uuid.UUID] = set()  # registered workers are never deleted
-_KNOWN_WORKERS_MAX = 100_000
-
-
-async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
-    """Whether the worker is registered (remembered per process after the first look-up)."""
-    if worker_id in _KNOWN_WORKERS:
-        return True
-    if not await workers.exists(core.pg, worker_id):
-        return False
-    if len(_KNOWN_WORKERS) >= _KNOWN_WORKERS_MAX:
-        _KNOWN_WORKERS.clear()
-    _KNOWN_WORKERS.add(worker_id)
-    return True
-
 
 @router.post("", status_code=201)
 async def create_job(body: JobCreate, core: State, _: Admin, response: Response,
@@ -83,7 +66,7 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth, request: Re
     (a master that is stopping answers at once, with no job). A retry with the same
     ``Idempotency-Key`` gets the jobs the first request leased (those it still holds) instead
     of leasing more: an answer lost on the way costs no attempt."""
-    if not await _registered(core, body.worker_id):
+    if not await core.known_workers.registered(core.pg, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
     digest = idempotency.digest(body.model_dump(mode="json"))
@@ -122,7 +105,7 @@ async def _lease(body: LeaseRequest, core: AppState, request: Request) -> list[J
         if core.metrics and waiting:
             core.metrics.lease_polls.dec()
     # a worker token revoked during this long poll: what it got goes back at once
-    got = await tokens.unless_revoked(core.pg, core.queue, request.app.state.auth,
+    got = await tokens.unless_revoked(core.pg, core.queue, core.auth,
                                       request.headers.get("authorization"), got)
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
@@ -130,6 +113,7 @@ async def _lease(body: LeaseRequest, core: AppState, request: Request) -> list[J
 
 
 @router.post("/heartbeat")
+@keeps_work
 async def heartbeat_leases(body: LeaseHeartbeats, core: State,
                            _: WorkerAuth) -> LeaseHeartbeatsResponse:
     """Extend every lease a worker holds in one call (one call per worker and heartbeat
@@ -145,6 +129,7 @@ async def heartbeat_leases(body: LeaseHeartbeats, core: State,
 
 
 @router.post("/{job_id}/heartbeat", responses=error_responses(404, 409))
+@keeps_work
 async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
                         _: WorkerAuth) -> JobHeartbeatResponse:
     """Extend the lease; 409 when the lease is lost (stop working on it)."""
@@ -199,6 +184,7 @@ def _outcome(report: JobStepReport, answer: jobs.StepRefusal | None) -> StepRepo
 
 @router.post("/{job_id}/complete", status_code=204,
              responses=error_responses(404, 409))
+@keeps_work
 async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
     """Finish the job with the result of its kind; 409 (and no change) when the token is
     stale, 422 (and no change) when the result does not fit or the kind is not the job's."""
@@ -210,6 +196,7 @@ async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: Wor
 
 
 @router.post("/{job_id}/fail", responses=error_responses(404, 409))
+@keeps_work
 async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth) -> JobState:
     """Give up this attempt: requeued while attempts remain (and ``retry``), else failed."""
     await jobs.fail(core.pg, core.queue, job_id=job_id, token=body.lease_token,
