@@ -24,7 +24,7 @@ from coda.urls import redact_url
 from master import errors, maintenance, shutdown, tokens, unavailable
 from master.auth import token_auth
 from master.db.migrate import upgrade
-from master.db.pg import make_pool
+from master.db.pg import make_pool, ping
 from master.metrics import MasterMetrics
 from master.queue.keys import Keys
 from master.queue.redis_queue import RedisQueue
@@ -42,7 +42,7 @@ from master.routes import batches as batch_routes
 from master.routes import jobs as job_routes
 from master.routes import workers as worker_routes
 from master.settings import MasterSettings
-from master.shedding import InFlight, LoadShedding, LoopLag, ShedMetrics
+from master.shedding import InFlight, LoadShedding, LoopLag, ShedMetrics, kept
 from master.state import AppState
 
 log = get_logger("coda.master")
@@ -81,11 +81,10 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
         core = AppState(settings=s, pg=pg, redis=redis,
                         queue=RedisQueue(redis, Keys(s.redis_prefix)),
                         store=ArtifactStore(s.artifacts_url, max_bytes=s.max_upload_bytes),
-                        metrics=metrics, coverage=coverage, supervised=supervised)
+                        auth=auth, metrics=metrics, coverage=coverage, supervised=supervised)
         app.state.core = core
-        core.auth = auth  # revoked worker tokens: loaded now, re-read each maintenance round
-        async with pg.acquire() as conn:
-            auth.set_revoked(await tokens.revocations(conn))
+        # revoked worker tokens: loaded now, re-read each maintenance round
+        await tokens.load_revocations(pg, auth)
         app.state.settings = s
         holder["core"] = core
         # Everything loaded so far lives as long as the process: keep it out of the cyclic GC's
@@ -114,7 +113,7 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
 
     async def ready() -> dict[str, str]:
         core = holder["core"]
-        await core.pg.fetchval("select 1")
+        await ping(core.pg)
         await core.redis.ping()
         return {"postgres": "ok", "redis": "ok", "queue_built": str(await core.queue.is_built())}
 
@@ -126,18 +125,20 @@ def create_app(settings: MasterSettings | None = None, *, migrate: bool = True,
     )
     metrics = MasterMetrics(registry)
     app.state.settings = s
-    for router in (batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
-                   artifacts.router, groups.router, models.router, status.router,
-                   training.router, worker_tokens.router):
-        app.include_router(router)
+    routers = [batch_routes.router, episodes.router, job_routes.router, worker_routes.router,
+               artifacts.router, groups.router, models.router, status.router, training.router,
+               worker_tokens.router]
     if s.test_clock:  # tests only (dev mode): not in a production master, nor its OpenAPI
-        app.include_router(admin.router)
+        routers.append(admin.router)
+    for router in routers:
+        app.include_router(router)
     if s.shed_max_in_flight:  # outermost: a refusal costs no routing, auth or body read
         in_flight = InFlight(s.shed_max_in_flight)
         app.add_middleware(LoadShedding, in_flight=in_flight, queue_wait_s=s.shed_queue_wait_s,
                            retry_after_s=s.shed_retry_after_s,
                            metrics=ShedMetrics(registry, in_flight), lag=lag,
-                           max_lag_s=s.shed_max_loop_lag_s)
+                           max_lag_s=s.shed_max_loop_lag_s,
+                           keeping=kept(r for router in routers for r in router.routes))
     _errors(app, s)
     return app
 
@@ -149,7 +150,6 @@ def _errors(app: FastAPI, s: MasterSettings) -> None:
         return handle
 
     app.add_exception_handler(errors.LeaseLost, handler(409))
-    app.add_exception_handler(errors.StepRefused, handler(409))
     app.add_exception_handler(errors.JobNotFound, handler(404))
     app.add_exception_handler(errors.BatchNotFound, handler(404))
     app.add_exception_handler(errors.WorkerNotFound, handler(404))
@@ -166,7 +166,15 @@ def _errors(app: FastAPI, s: MasterSettings) -> None:
         return safe_json({"detail": [{"loc": ["body"], "msg": str(exc), "type": "task_invalid"}]},
                          422)
 
+    async def step_refused(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, errors.StepRefused)
+        if exc.field is None:  # the lease does not allow it
+            return safe_json({"detail": str(exc)}, 409)
+        return safe_json({"detail": [{"loc": ["body", *exc.field.split(".")], "msg": str(exc),
+                                      "type": "value_error"}]}, 422)
+
     app.add_exception_handler(errors.InvalidResult, invalid_result)
+    app.add_exception_handler(errors.StepRefused, step_refused)
     app.add_exception_handler(TaskLoadError, invalid_task)
 
 

@@ -22,7 +22,12 @@ class JobNotFound(Exception):
 
 
 class StepRefused(Exception):
-    """A step report the lease does not allow (another attempt, or a job without steps): 409."""
+    """A step report the lease does not allow (another attempt, or a job without steps): 409;
+    one that sets what only the master sets (``field`` names it, e.g. ``step.label``): 422."""
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.field = field
 
 
 class InvalidResult(ValueError):

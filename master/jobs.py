@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
@@ -32,7 +32,8 @@ from coda.contracts.records import JobKind, JobStatus, Step
 from coda.logging import get_logger
 from master import idempotency, lifecycle
 from master.clock import Clock, ms
-from master.errors import EpisodeNotFound, InvalidResult, LeaseLost, StepRefused
+from master.db.pg import Conn
+from master.errors import EpisodeNotFound, InvalidResult, JobNotFound, LeaseLost, StepRefused
 from master.queue.redis_queue import RedisQueue
 from master.repos import batches as batch_rows
 from master.repos import jobs as job_rows
@@ -191,55 +192,55 @@ async def heartbeat_many(
     return out
 
 
-async def report_step(pg: asyncpg.Pool, *, job_id: uuid.UUID, token: str, step: Step) -> None:
-    """Store a step of the episode this job runs (idempotent per attempt and index)."""
-    if await step_rows.insert_for_lease(pg, job_id, token, step):
-        return
-    outcome, status, detail = _refusal(job_id, await job_rows.lease_of(pg, job_id), token, step)
-    if outcome == "lost":
-        raise LeaseLost(job_id, status)
-    raise StepRefused(detail)
+LABEL_BY_MASTER = "step.label: set by the master from the episode's verdict, not by a worker"
 
-
-StepOutcome = tuple[Literal["stored", "lost", "refused"], str | None, str | None]
-"""What became of one step report: (``stored`` | ``lost`` | ``refused``, the job's status
-when lost, why when refused)."""
-
-
-def _refusal(job_id: uuid.UUID, row: asyncpg.Record | None, token: str,
-             step: Step) -> StepOutcome:
-    """Why a report the lease did not allow was not stored (``row``: the job's lease, None
-    when there is no such job)."""
-    if row is None:
-        return ("lost", None, None)
-    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
-        return ("lost", row["status"], None)
-    if row["kind"] != JobKind.EPISODE:
-        return ("refused", None, f"job {job_id} is a {row['kind']} job: only episode jobs "
-                "have steps")
-    return ("refused", None, f"step.attempt: {step.attempt} is not the attempt of this lease "
-            f"({row['attempts']}); leave it out, the master sets it")
+StepRefusal = LeaseLost | JobNotFound | StepRefused
+"""Why a step report was not stored: the job is not held with its token (:class:`LeaseLost`;
+:class:`JobNotFound` when there is no such job) or the report does not fit the lease
+(:class:`StepRefused`)."""
 
 
 async def report_steps(pg: asyncpg.Pool,
-                       reports: list[tuple[uuid.UUID, str, Step]]) -> list[StepOutcome]:
-    """Store many step reports (a worker's batched call) in one statement, each as
-    :func:`report_step` would; their outcomes in the order sent. Of reports of one job, token
+                       reports: list[tuple[uuid.UUID, str, Step]]) -> list[StepRefusal | None]:
+    """Store step reports ``(job_id, token, step)`` of the episodes their jobs run (a single
+    report is a batch of one; a worker's batched call sends many) in one statement,
+    idempotent per attempt and index. For each, in the order sent: None when stored, else why
+    not. A report that sets ``step.label`` is refused: the master labels steps from the
+    judge's verdict, and a worker's label would be taken for one. Of reports of one job, token
     and index, the last is stored and the others are answered as it is."""
+    answers: list[StepRefusal | None] = [None] * len(reports)
     last: dict[tuple[uuid.UUID, str, int], int] = {}
     for n, (job_id, token, step) in enumerate(reports):
-        last[(job_id, token, step.index)] = n
+        if step.label is not None:
+            answers[n] = StepRefused(LABEL_BY_MASTER, field="step.label")
+        else:
+            last[(job_id, token, step.index)] = n
     kept = sorted(last.values())
-    stored = await step_rows.insert_many_for_lease(pg, [reports[n] for n in kept])
-    outcome: dict[int, StepOutcome] = {n: ("stored", None, None)
-                                      for k, n in enumerate(kept) if k in stored}
-    refused = [n for n in kept if n not in outcome]
+    stored = await step_rows.insert_for_lease(pg, [reports[n] for n in kept])
+    refused = [n for k, n in enumerate(kept) if k not in stored]
     if refused:
         rows = await job_rows.leases_of(pg, list({reports[n][0] for n in refused}))
         for n in refused:
             job_id, token, step = reports[n]
-            outcome[n] = _refusal(job_id, rows.get(job_id), token, step)
-    return [outcome[last[(job_id, token, step.index)]] for job_id, token, step in reports]
+            answers[n] = _refusal(job_id, rows.get(job_id), token, step)
+    for n, (job_id, token, step) in enumerate(reports):
+        if step.label is None:
+            answers[n] = answers[last[(job_id, token, step.index)]]
+    return answers
+
+
+def _refusal(job_id: uuid.UUID, row: asyncpg.Record | None, token: str,
+             step: Step) -> StepRefusal:
+    """Why a report the lease did not allow was not stored (``row``: the job's lease, None
+    when there is no such job)."""
+    if row is None:
+        return JobNotFound(str(job_id))
+    if row["status"] != JobStatus.LEASED or row["lease_token"] != token:
+        return LeaseLost(job_id, row["status"])
+    if row["kind"] != JobKind.EPISODE:
+        return StepRefused(f"job {job_id} is a {row['kind']} job: only episode jobs have steps")
+    return StepRefused(f"step.attempt: {step.attempt} is not the attempt of this lease "
+                       f"({row['attempts']}); leave it out, the master sets it")
 
 
 async def complete(
@@ -319,35 +320,54 @@ async def release(pg: asyncpg.Pool, queue: RedisQueue, *, job_id: uuid.UUID, tok
 
 async def expire_leases(pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *,
                         limit: int = 1000) -> int:
-    """Requeue (attempt+1) or fail jobs whose lease ran out by the clock's now. Returns how
-    many were handled."""
+    """Requeue (attempt+1) or fail jobs whose lease ran out by the clock's now
+    (:func:`_give_back`). Returns how many were handled."""
     claimed = await queue.claim_expired(ms(clock.now()), limit)
     if not claimed:
         return 0
     token_of = {uuid.UUID(i): t for i, t in claimed}
-    requeue: list[uuid.UUID] = []
-    retry: list[uuid.UUID] = []
-    dead: list[asyncpg.Record] = []
     async with pg.acquire() as conn, conn.transaction():
-        for r in await job_rows.for_expiry(conn, list(token_of)):
-            if r["status"] == JobStatus.QUEUED:  # popped, never claimed (master died between)
-                requeue.append(r["id"])
-            elif r["status"] == JobStatus.LEASED and r["lease_token"] == token_of[r["id"]]:
-                if r["attempts"] >= r["max_attempts"]:
-                    dead.append(r)
-                else:
-                    retry.append(r["id"])
-        if retry:
-            await job_rows.settle(conn, retry, final=False, error="lease expired")
-            requeue += retry
-        for r in dead:
-            await job_rows.settle(
-                conn, [r["id"]], final=True,
-                error=f"lease expired on attempt {r['attempts']} of {r['max_attempts']}")
-    await publish(pg, queue, requeue)
-    if retry or dead:
-        log.info("queue.leases_expired", requeued=len(retry), failed=len(dead))
+        rows = await job_rows.for_expiry(conn, list(token_of))
+        # popped, never claimed (the master died between): pushed again
+        requeue = [r["id"] for r in rows if r["status"] == JobStatus.QUEUED]
+        held = [r for r in rows if r["status"] == JobStatus.LEASED
+                and r["lease_token"] == token_of[r["id"]]]
+        retried, failed = await _give_back(conn, held, "lease expired")
+    await publish(pg, queue, requeue + retried)
+    if held:
+        log.info("queue.leases_expired", requeued=len(retried), failed=failed)
     return len(claimed)
+
+
+async def take_back(pg: asyncpg.Pool, queue: RedisQueue, *, why: str,
+                    job_ids: list[uuid.UUID] | None = None,
+                    worker_ids: list[uuid.UUID] | None = None) -> tuple[int, int]:
+    """Give the leases of the jobs ``job_ids``, or of the jobs the workers ``worker_ids``
+    hold, back to the queue at once, as an expired lease is (:func:`_give_back`; a revoked
+    worker token): (requeued, failed)."""
+    async with pg.acquire() as conn, conn.transaction():
+        held = await job_rows.leased_for_update(conn, ids=job_ids, worker_ids=worker_ids)
+        retried, failed = await _give_back(conn, held, why)
+    for r in held:
+        await queue.release(str(r["id"]), r["lease_token"])
+    await publish(pg, queue, retried)
+    return len(retried), failed
+
+
+async def _give_back(conn: Conn, held: list[asyncpg.Record],
+                     why: str) -> tuple[list[uuid.UUID], int]:
+    """The one give-back of leases ended for the job's sake (expired, or their worker's token
+    revoked), inside the caller's transaction, ``held`` row-locked: each job is requeued with
+    its attempt counted, or failed when it was its last (``{why} on attempt n of m``). The ids
+    requeued (to publish once committed) and how many failed."""
+    retry = [r["id"] for r in held if r["attempts"] < r["max_attempts"]]
+    dead = [r for r in held if r["attempts"] >= r["max_attempts"]]
+    if retry:
+        await job_rows.settle(conn, retry, final=False, error=why)
+    for r in dead:
+        await job_rows.settle(conn, [r["id"]], final=True,
+                              error=f"{why} on attempt {r['attempts']} of {r['max_attempts']}")
+    return retry, len(dead)
 
 
 async def cancel_batch(pg: asyncpg.Pool, queue: RedisQueue, batch_id: uuid.UUID) -> int | None:
@@ -401,8 +421,7 @@ async def reconcile(pg: asyncpg.Pool, queue: RedisQueue, clock: Clock, *,
     removed = 0
     for kind, want in queued.items():
         stray = list(present_by_kind[kind] - want)
-        if stray:
-            await queue.r.zrem(queue.k.ready(kind), *stray)
+        await queue.drop_ready(kind, stray)
         removed += len(stray)
     missing_leases = [h for h in held if h[0] not in leased_now]
     await queue.hold(missing_leases)

@@ -55,9 +55,8 @@ async def run(core: AppState, stop: asyncio.Event) -> None:
     last_gauges = 0.0
     while not stop.is_set():
         try:
-            if core.auth is not None:  # every process: revocations made by another one
-                async with core.pg.acquire() as conn:
-                    core.auth.set_revoked(await tokens.revocations(conn))
+            # every process: revocations made by another one
+            await tokens.load_revocations(core.pg, core.auth)
             await tick(core, owner=owner)
             if time.monotonic() - last_gauges > GAUGE_INTERVAL_S:
                 if core.metrics is not None:

@@ -7,12 +7,12 @@ one past it waits up to ``shed_queue_wait_s`` for a turn (first come, first serv
 refused: 503, ``Retry-After: shed_retry_after_s`` (twice the loop's lag when that is longer).
 While the event loop runs later than ``shed_max_loop_lag_s`` (:class:`LoopLag`: requests
 already wait that long before a handler sees them) no request waits for a turn and only a
-quarter of the turns are given. Heartbeats, completions and failures (:data:`KEEPING`:
-refusing them would throw work away; there are few of them, one heartbeat call per worker
-and period) are never refused. Health, readiness, metrics and the status pages are never
-refused. A request counts from its first byte to its answer (its upload included); a lease
-request long-polling for work gives its turn up while it waits (:func:`idle`), so idle
-workers do not fill the master.
+quarter of the turns are given. Heartbeats, completions and failures (routes marked
+:func:`keeps_work`: refusing them would throw work away; there are few of them, one
+heartbeat call per worker and period) are never refused. Health, readiness, metrics and the
+status pages are never refused. A request counts from its first byte to its answer (its
+upload included); a lease request long-polling for work gives its turn up while it waits
+(:func:`idle`), so idle workers do not fill the master.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import contextlib
 import json
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coda.logging import get_logger
@@ -35,8 +37,23 @@ SCOPE_KEY = "coda.in_flight"
 """Set in the ASGI scope of a request holding a turn: the :class:`InFlight` it holds."""
 
 
-KEEPING = ("/heartbeat", "/complete", "/fail")
-"""Paths that keep work already done: never refused (they count as in flight)."""
+KEEPS_WORK = "coda_keeps_work"
+"""The mark :func:`keeps_work` sets on a route's endpoint."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def keeps_work(endpoint: F) -> F:
+    """Mark a route that keeps work already done (a lease's heartbeat, a job's completion or
+    failure): never refused (it counts as in flight). Under the route's decorator."""
+    setattr(endpoint, KEEPS_WORK, True)
+    return endpoint
+
+
+def kept(routes: Iterable[BaseRoute]) -> list[Route]:
+    """The routes among ``routes`` whose endpoint :func:`keeps_work` marked."""
+    return [r for r in routes
+            if isinstance(r, Route) and getattr(r.endpoint, KEEPS_WORK, False)]
 
 
 class InFlight:
@@ -147,8 +164,9 @@ class LoadShedding:
     def __init__(self, app: ASGIApp, *, in_flight: InFlight, queue_wait_s: float,
                  retry_after_s: int, metrics: ShedMetrics | None = None,
                  lag: LoopLag | None = None, max_lag_s: float = 0.0,
-                 prefix: str = "/v1/") -> None:
+                 prefix: str = "/v1/", keeping: Sequence[Route] = ()) -> None:
         self.app = app
+        self.keeping = list(keeping)  # the routes :func:`keeps_work` marked
         self.in_flight = in_flight
         self.lag = lag
         self.max_lag_s = max_lag_s
@@ -182,7 +200,7 @@ class LoadShedding:
             return
         # what keeps work already done (a lease's heartbeat, an episode's completion) is
         # never refused: refusing it would throw an episode away; new work is refused first
-        keeps = scope["path"].endswith(KEEPING)
+        keeps = self.keeps(scope)
         lagging = (not keeps and self.lag is not None and self.max_lag_s > 0
                    and self.lag.now > self.max_lag_s)
         if (lagging and self.in_flight.count >= self.lagging_limit) or \
@@ -195,6 +213,11 @@ class LoadShedding:
             await self.app(scope, receive, send)
         finally:
             self.in_flight.give()
+
+    def keeps(self, scope: Scope) -> bool:
+        """Whether the request is for a route marked :func:`keeps_work` (its path, whatever
+        the method: one a marked route does not take is refused by routing, not here)."""
+        return any(r.matches(scope)[0] is not Match.NONE for r in self.keeping)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.metrics is not None:

@@ -6,8 +6,9 @@ digits of its SHA-256: never the token, in the database, a log or an answer). Ev
 process keeps the revoked fingerprints in memory (:class:`MasterTokenAuth`), loads them at
 start and re-reads them each maintenance round; the process that revokes applies it at once.
 A worker records the fingerprint of the token it registered with, so a revocation finds its
-workers and gives their leases back to the queue at once (as an expired lease would be, an
-attempt counted), leaving every other worker's untouched."""
+workers and gives their leases back to the queue at once (as an expired lease is, an attempt
+counted: :func:`master.jobs.take_back`), leaving every other worker's untouched. The SQL is in
+:mod:`master.repos.revocations` and :mod:`master.repos.workers`."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ from fastapi import status
 from coda.contracts.jobs import Job
 from coda.logging import get_logger
 from coda.service.auth import AuthError, Requirement, TokenAuth, bearer_token
-from master.db.pg import Conn
-from master.jobs import publish
+from master import jobs
 from master.queue.redis_queue import RedisQueue
-from master.repos import jobs as job_rows
+from master.repos import revocations as revocation_rows
+from master.repos import workers as worker_rows
 
 log = get_logger("coda.master.tokens")
+
+REVOKED = "worker token revoked"
+"""Why the jobs a revoked token's workers held went back to the queue (their ``error``)."""
 
 
 def fingerprint(token: str) -> str:
@@ -65,40 +69,13 @@ class MasterTokenAuth(TokenAuth):
             log.info("tokens.revocations_loaded", revoked=sorted(new))
 
 
-async def revocations(conn: Conn) -> dict[str, datetime]:
-    rows = await conn.fetch("select fingerprint, revoked_at from worker_token_revocations")
-    return {r["fingerprint"]: r["revoked_at"] for r in rows}
-
-
-async def workers_of(conn: Conn) -> dict[str, list[uuid.UUID]]:
-    """Registered workers by the fingerprint of their token."""
-    rows = await conn.fetch("select id, token_fingerprint from workers "
-                            "where token_fingerprint is not null order by registered_at")
-    out: dict[str, list[uuid.UUID]] = {}
-    for r in rows:
-        out.setdefault(r["token_fingerprint"], []).append(r["id"])
-    return out
-
-
-async def _give_back(pg: asyncpg.Pool, queue: RedisQueue, where: str, *args: object,
-                     ) -> tuple[int, int]:
-    """Requeue the leased jobs ``where`` selects (failed on their last attempt), as an expired
-    lease would be; (requeued, failed)."""
-    async with pg.acquire() as conn, conn.transaction():
-        held = await conn.fetch("select id, lease_token, attempts, max_attempts from jobs "
-                                f"where status = 'leased' and {where} for update", *args)
-        retry = [r["id"] for r in held if r["attempts"] < r["max_attempts"]]
-        dead = [r for r in held if r["attempts"] >= r["max_attempts"]]
-        if retry:
-            await job_rows.settle(conn, retry, final=False, error="worker token revoked")
-        for r in dead:
-            await job_rows.settle(conn, [r["id"]], final=True,
-                                  error=f"worker token revoked on attempt {r['attempts']} "
-                                  f"of {r['max_attempts']}")
-    for r in held:
-        await queue.release(str(r["id"]), r["lease_token"])
-    await publish(pg, queue, retry)
-    return len(retry), len(dead)
+async def load_revocations(pg: asyncpg.Pool, auth: MasterTokenAuth) -> dict[str, datetime]:
+    """Bring ``auth``'s revoked fingerprints up to date with the database (at start, each
+    maintenance round, and before listing them); the revocations, by fingerprint."""
+    async with pg.acquire() as conn:
+        revoked = await revocation_rows.revoked(conn)
+    auth.set_revoked(revoked)
+    return revoked
 
 
 async def revoke(pg: asyncpg.Pool, queue: RedisQueue, fp: str) -> tuple[datetime, list[uuid.UUID],
@@ -106,26 +83,22 @@ async def revoke(pg: asyncpg.Pool, queue: RedisQueue, fp: str) -> tuple[datetime
     """Store the revocation of ``fp`` (kept if already there) and give the leases of its
     workers back: (revoked at, its workers, leases returned)."""
     async with pg.acquire() as conn:
-        revoked_at = await conn.fetchval(
-            "insert into worker_token_revocations (fingerprint) values ($1) "
-            "on conflict (fingerprint) do update set fingerprint = excluded.fingerprint "
-            "returning revoked_at", fp)
-        worker_ids = [r["id"] for r in await conn.fetch(
-            "select id from workers where token_fingerprint = $1", fp)]
-    requeued, failed = await _give_back(pg, queue, "worker_id = any($1)", worker_ids)
+        revoked_at = await revocation_rows.revoke(conn, fp)
+        worker_ids = await worker_rows.of_token(conn, fp)
+    requeued, failed = await jobs.take_back(pg, queue, worker_ids=worker_ids, why=REVOKED)
     log.warning("tokens.worker_token_revoked", fingerprint=fp, workers=len(worker_ids),
                 leases_requeued=requeued, leases_failed=failed)
     return revoked_at, worker_ids, requeued + failed
 
 
-async def unless_revoked(pg: asyncpg.Pool, queue: RedisQueue, auth: object,
-                         authorization: str | None, jobs: list[Job]) -> list[Job]:
-    """``jobs`` just leased, or none when the caller's token was revoked meanwhile (a long
-    poll that began before the revocation): then they go back to the queue at once."""
-    if not jobs or not isinstance(auth, MasterTokenAuth) or not auth.revoked:
-        return jobs
+async def unless_revoked(pg: asyncpg.Pool, queue: RedisQueue, auth: MasterTokenAuth,
+                         authorization: str | None, leased: list[Job]) -> list[Job]:
+    """``leased`` (just leased), or none when the caller's token was revoked meanwhile (a
+    long poll that began before the revocation): then they go back to the queue at once."""
+    if not leased or not auth.revoked:
+        return leased
     token = bearer_token(authorization)
     if token is None or fingerprint(token) not in auth.revoked:
-        return jobs
-    await _give_back(pg, queue, "id = any($1)", [j.id for j in jobs])
+        return leased
+    await jobs.take_back(pg, queue, job_ids=[j.id for j in leased], why=REVOKED)
     return []

@@ -10,12 +10,14 @@
 * tests build their screenshots with :mod:`tests.fixtures.images` only;
 * a set of statuses is spelled in SQL in :mod:`master.db.statuses` only (from the enums);
   migrations, frozen history, keep theirs;
-* the text and pixel bounds (``10_000``, ``16_384``) are written in :mod:`coda.bounds` only.
+* the text and pixel bounds (``10_000``, ``16_384``) are written in :mod:`coda.bounds` only;
 * an application adapter that is a package (``worker/tasks/adapters/<app>/``) keeps its code in
   named modules: its ``__init__.py`` is a docstring saying what each module holds;
 * no module of the installed packages (benchmarks/ and tests/ aside, as in the import
   contracts) passes :data:`MAX_MODULE_LINES` lines: a module that grows past it is split by
-  what it holds (as ``worker/providers/vsphere/`` is).
+  what it holds (as ``worker/providers/vsphere/`` is);
+* the master's SQL lives in :mod:`master.repos` (its query plumbing in :mod:`master.db`, the
+  schema's history in ``master/migrations``): no other module of the master holds SQL text.
 """
 
 from __future__ import annotations
@@ -171,3 +173,40 @@ def test_adapter_packages_keep_their_code_in_named_modules() -> None:
                 and isinstance(body[0].value, ast.Constant)):
             crowded.append(str(init.relative_to(ROOT)))
     assert crowded == [], "move the code into named modules (the docstring stays)"
+
+
+SQL = re.compile(r"\b(select\s+.+\s+from\s|insert\s+into\s|update\s+\w+\s+set\s|delete\s+from\s"
+                 r"|select\s+\d\b)", re.IGNORECASE | re.DOTALL)
+SQL_HOMES = ("master/repos/", "master/db/", "master/migrations/")
+
+
+def sql_outside_repos(where: str, tree: ast.AST) -> list[str]:
+    """Lines of ``where`` (a master module outside :data:`SQL_HOMES`) that hold SQL text: a
+    string (an f-string's text too) that reads as a statement. Docstrings are prose."""
+    prose = {id(n.body[0].value) for n in ast.walk(tree)
+             if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+             and n.body and isinstance(n.body[0], ast.Expr)
+             and isinstance(n.body[0].value, ast.Constant)}
+    return [f"{where}:{line}" for line in sorted({
+        n.lineno for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+        and SQL.search(n.value)})]
+
+
+def test_the_masters_sql_lives_in_its_repositories() -> None:
+    bad = []
+    for where, tree in trees(ROOT / "master"):
+        if not where.startswith(SQL_HOMES):
+            bad += sql_outside_repos(where, tree)
+    assert not bad, "SQL outside master/repos/ (move it to a repository function):\n" + \
+        "\n".join(bad)
+
+
+def test_the_sql_check_finds_sql() -> None:
+    tree = ast.parse('"""select the rows from the docstring: prose."""\n'
+                     'async def f(conn, where):\n'
+                     '    """Update the row set aside."""\n'
+                     '    await conn.fetch(f"select id from jobs where {where} for update")\n'
+                     '    await conn.fetchval("select 1")\n'
+                     '    return "insert into t (a) values ($1)"\n')
+    assert sql_outside_repos("m.py", tree) == ["m.py:4", "m.py:5", "m.py:6"]

@@ -52,6 +52,7 @@ from coda.contracts.services_api import (
 from coda.logging import get_logger
 from coda.plans import decide, plan_record
 from worker.history import clip, history_of, storable
+from worker.leases import LeaseGone
 from worker.providers.base import Desktop
 from worker.providers.client import GuestError
 from worker.settings import WorkerSettings
@@ -84,10 +85,6 @@ def unavailable(service: str, exc: ServiceError) -> None:
     if exc.status in RETRY_STATUS:
         raise AttemptFailed("service_unavailable", f"{service}: {exc}",
                             service=service) from exc
-
-
-class LeaseGone(RuntimeError):
-    """The master no longer holds this job for us (expired, requeued, cancelled)."""
 
 
 def lease_lost(exc: ServiceError, master_url: str | None = None) -> bool:
@@ -138,9 +135,9 @@ class EpisodeRun:
     planner: PlannerClient
     executor: ExecutorClient
     settings: WorkerSettings
+    reporter: StepReporter
+    """The worker's step reports (batched across its slots; window 0: each sent at once)."""
     pool: Executor | None = None
-    reporter: StepReporter | None = None
-    """The worker's batched step reports (None: one call per step)."""
     steps: list[Step] = field(default_factory=list)
     _report: asyncio.Task[None] | None = None
     _version: str | None = None
@@ -155,7 +152,7 @@ class EpisodeRun:
         """Wait for the step report in flight (its error, e.g. :class:`LeaseGone`, here)."""
         pending, self._report = self._report, None
         if pending is not None:
-            if self.reporter is not None and not pending.done():
+            if not pending.done():
                 self.reporter.hurry()  # this slot waits for it: the batch goes now
             await pending
 
@@ -329,9 +326,7 @@ class EpisodeRun:
         step.latency_ms = t.total
         step.timings = t
         step = storable(step)
-        report = (self.reporter.report(self.job, step) if self.reporter is not None
-                  else self.master.report_step(self.job, step))
-        self._report = asyncio.create_task(self._master(report))
+        self._report = asyncio.create_task(self._master(self.reporter.report(self.job, step)))
         self.steps.append(step)
         return (action if step.outcome is StepOutcome.OK else None), ended
 

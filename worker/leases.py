@@ -20,6 +20,16 @@ from coda.logging import get_logger
 log = get_logger("worker.leases")
 
 
+class LeaseGone(RuntimeError):
+    """The master no longer holds this job for us (expired, requeued, cancelled)."""
+
+
+class StepRefused(LeaseGone):
+    """The master refused a step report this lease does not allow (another attempt, a job
+    without steps, a label only the master sets): it takes no step of this attempt, so the
+    attempt stops as for a lost lease."""
+
+
 @dataclass
 class Held:
     job: Job

@@ -41,11 +41,11 @@ from coda.contracts.jobs import EpisodeJob, Job, JobResult, JudgeJob
 from coda.contracts.master_api import WorkerRegister
 from coda.contracts.records import JobKind
 from coda.logging import get_logger
-from worker.episode import AttemptFailed, EpisodeRun, LeaseGone, lease_lost
+from worker.episode import AttemptFailed, EpisodeRun, lease_lost
 from worker.followups import JobRefused, run_group, run_judge
 from worker.gate import ProviderGate
 from worker.history import storable
-from worker.leases import LeaseKeeper
+from worker.leases import LeaseGone, LeaseKeeper
 from worker.providers.base import Provider, ProviderConflict
 from worker.settings import WorkerSettings
 from worker.steps import StepReporter
@@ -82,8 +82,7 @@ class Worker:
         self.refused: str | None = None  # the master refused our token (401/403): why
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self.leases = LeaseKeeper(self.master, s.heartbeat_interval_s)
-        self.reporter = (StepReporter(self.master, s.step_report_window_s)
-                         if s.step_report_window_s > 0 else None)
+        self.reporter = StepReporter(self.master, s.step_report_window_s)
         self.completed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.failed: dict[JobKind, int] = dict.fromkeys(JobKind, 0)
         self.given_back = 0  # jobs given back uncounted for the provider's faults
@@ -108,8 +107,7 @@ class Worker:
                           for n in range(self.settings.job_slots)]
             beat = asyncio.create_task(self._worker_heartbeats(), name="worker-heartbeat")
             keeper = asyncio.create_task(self.leases.run(), name="lease-heartbeats")
-            reports = (asyncio.create_task(self.reporter.run(), name="step-reports")
-                       if self.reporter is not None else None)
+            reports = asyncio.create_task(self.reporter.run(), name="step-reports")
             gate = (asyncio.create_task(self.gate.run(self.stopping), name="provider-gate")
                     if self._desktops() else None)
             log.info("worker.started", worker=str(self.worker_id), slots=self.settings.slots,
@@ -120,7 +118,7 @@ class Worker:
             for task in idle:
                 task.cancel()
             await self._drain(slots)
-            helpers = [beat, keeper] + [h for h in (reports, gate) if h is not None]
+            helpers = [beat, keeper, reports] + ([gate] if gate is not None else [])
             for helper in helpers:
                 helper.cancel()
             # through gather: the heartbeats' CancelledError comes back as a value, while a

@@ -1,12 +1,13 @@
 """The step reports of all a worker's slots, sent in one batched call (``POST /v1/jobs/steps``)
 every ``window_s`` instead of one call per step: a VM server whose 8 slots step every 10 s
-makes a call every few seconds, not 8 every 10 s.
+makes a call every few seconds, not 8 every 10 s. Every step report goes this way; with
+``window_s`` 0 each is sent at once (a batch of one, or of what is pending then).
 
 A report waits at most ``window_s`` for company. A slot that needs its report landed (its next
 step, the end of its attempt) says so (:meth:`StepReporter.hurry`) and the batch goes at once,
 so a slot never waits for the window: batching only delays reports nobody waits for yet. A
-report the master answers ``lost`` or ``refused`` raises the same :class:`ServiceError` (409) the
-single report's call would, so the episode stops on it as before.
+report the master answers ``lost`` raises :class:`~worker.leases.LeaseGone`, one it answers
+``refused`` :class:`~worker.leases.StepRefused` (a kind of it), so the episode stops on it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pydantic import ValidationError
 from coda.clients.base import ServiceError
 from coda.clients.master import MasterClient
 from coda.contracts.jobs import Job
-from coda.contracts.master_api import STEP_BATCH_MAX
+from coda.contracts.master_api import STEP_BATCH_MAX, StepReportOutcome
 from coda.contracts.records import Step
 from coda.logging import get_logger
+from worker.leases import LeaseGone, StepRefused
 
 log = get_logger("worker.steps")
 
@@ -46,8 +48,8 @@ class StepReporter:
 
     async def report(self, job: Job, step: Step) -> None:
         """Store ``step`` of ``job`` with the next batch; raises what the master answered for
-        it (a 409 :class:`ServiceError` when the lease is lost or the report refused) or the
-        batch call's own error."""
+        it (:class:`LeaseGone` when the lease is lost, :class:`StepRefused` when the report is
+        refused) or the batch call's own error."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending.append((job, step, done))
         self._wake.set()
@@ -65,8 +67,9 @@ class StepReporter:
         try:
             while True:
                 await self._wake.wait()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._now.wait(), self.window_s)
+                if self.window_s > 0:  # 0: what is pending goes at once
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._now.wait(), self.window_s)
                 batch, self.pending = self.pending[:self.batch_max], self.pending[self.batch_max:]
                 self._now.clear()
                 if not self.pending:
@@ -101,15 +104,23 @@ class StepReporter:
         for (job, _step, done), answer in zip(batch, got.reports, strict=False):
             if done.done():
                 continue
-            if answer.outcome == "stored":
+            refusal = refused(job, answer)
+            if refusal is None:
                 done.set_result(None)
-            elif answer.outcome == "lost":
-                done.set_exception(ServiceError(
-                    409, f"job {job.id} is not leased with this token (job status: "
-                         f"{answer.status.value if answer.status else 'unknown'})", url))
             else:
-                done.set_exception(ServiceError(409, answer.detail or "step refused", url))
+                done.set_exception(refusal)
         for _job, _step, done in batch[len(got.reports):]:
             if not done.done():
                 done.set_exception(ServiceError(502, "the master answered fewer reports than "
                                                      "were sent", url))
+
+
+def refused(job: Job, answer: StepReportOutcome) -> LeaseGone | None:
+    """What the master's answer for one report means: None when stored, else the typed
+    outcome to raise in the slot that sent it."""
+    if answer.outcome == "stored":
+        return None
+    if answer.outcome == "lost":
+        return LeaseGone(f"job {job.id} is not leased with this token (job status: "
+                         f"{answer.status.value if answer.status else 'unknown'})")
+    return StepRefused(answer.detail or "step refused")

@@ -138,6 +138,8 @@ class MasterClient(JsonClient):
         return await self.request("POST", "/v1/jobs/heartbeat", body, LeaseHeartbeatsResponse)
 
     async def report_step(self, job: Job, step: Step) -> None:
+        """One step report through the single-report route (the master stores it as a batch of
+        one; a 409 when the lease is lost or refuses it, a 422 when it sets ``step.label``)."""
         await self.send("POST", f"/v1/jobs/{job.id}/steps",
                         StepReport(lease_token=job.lease_token, step=step))
 

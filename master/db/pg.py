@@ -1,6 +1,7 @@
 """The master's one query layer: a raw asyncpg pool (``$1`` parameters, JSON(B) as Python
-objects). The repositories in :mod:`master.repos` and the queue in :mod:`master.jobs` query
-through it; SQLAlchemy only describes the tables (:mod:`master.db.models`) for Alembic."""
+objects). The repositories in :mod:`master.repos` query through it, and no other module of
+the master holds SQL (``tests/test_conventions.py``); SQLAlchemy only describes the tables
+(:mod:`master.db.models`) for Alembic."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ async def make_pool(url: str, *, size: int) -> asyncpg.Pool:
                                      max_inactive_connection_lifetime=60)
     assert pool is not None
     return pool
+
+
+async def ping(conn: Conn) -> None:
+    """One round trip: the database answers (readiness)."""
+    await conn.fetchval("select 1")
 
 
 def where(filters: Iterable[tuple[str, Any]], *, start: int = 1) -> tuple[str, list[Any]]:

@@ -114,6 +114,12 @@ class RedisQueue:
             pipe.hdel(self.k.tokens, *job_ids)
             await pipe.execute()
 
+    async def drop_ready(self, kind: JobKind | str, job_ids: Sequence[str]) -> None:
+        """Take jobs out of the ready set only (strays a rebuild found: their leases, if
+        any, are Postgres' to keep)."""
+        if job_ids:
+            await self.r.zrem(self.k.ready(kind), *job_ids)
+
     async def lease(self, kind: JobKind | str, tokens: Sequence[str], expiry_ms: int) -> list[str]:
         """Pop up to ``len(tokens)`` ready jobs and hold them with those tokens."""
         ids = await self._lease(keys=[self.k.ready(kind), self.k.leases, self.k.tokens],

@@ -196,6 +196,16 @@ async def for_expiry(conn: Conn, ids: list[uuid.UUID]) -> list[asyncpg.Record]:
         "where id = any($1) order by id for update", ids))
 
 
+async def leased_for_update(conn: Conn, *, ids: list[uuid.UUID] | None = None,
+                            worker_ids: list[uuid.UUID] | None = None) -> list[asyncpg.Record]:
+    """id, lease_token, attempts, max_attempts of the leased jobs among ``ids`` or held by
+    ``worker_ids``, row-locked in id order (call inside the caller's transaction)."""
+    return list(await conn.fetch(
+        "select id, lease_token, attempts, max_attempts from jobs where status = 'leased' "
+        "and (id = any($1::uuid[]) or worker_id = any($2::uuid[])) order by id for update",
+        ids or [], worker_ids or []))
+
+
 async def cancel_batch(conn: asyncpg.Connection, batch_id: uuid.UUID) -> list[asyncpg.Record]:
     """Cancel the batch's queued and leased jobs and their episodes (call inside the cancel's
     transaction); the cancelled jobs' id and kind."""

@@ -11,35 +11,17 @@ import asyncpg
 from coda.contracts.records import Step, StepLabel
 from master.db.pg import Conn, dumps
 
-# The lease decides the attempt: the stored step carries the job's attempt, and a report that
-# names another one matches no row.
-_FOR_LEASE = (
-    "insert into steps (episode_id, attempt, idx, body) "
-    "select e.id, j.attempts, $3::int, jsonb_set($4::jsonb, '{attempt}', to_jsonb(j.attempts)) "
-    "from jobs j join episodes e on e.job_id = j.id "
-    "where j.id = $1 and j.lease_token = $2 and j.status = 'leased' "
-    "and ($5::int is null or $5::int = j.attempts) "
-    "on conflict (episode_id, attempt, idx) do update set body = excluded.body "
-    "returning episode_id"
-)
-
-
-async def insert_for_lease(conn: Conn, job_id: uuid.UUID, token: str, step: Step) -> bool:
-    """Store the step of the episode the job held with ``token`` runs (idempotent per attempt
-    and index); False when the lease does not allow it."""
-    return await conn.fetchval(_FOR_LEASE, job_id, token, step.index, _body(step),
-                               step.attempt) is not None
-
 
 def _body(step: Step) -> dict[str, Any]:
     """The step as its row's ``body`` keeps it (``created_at`` is the row's own)."""
     return step.model_dump(mode="json", exclude={"created_at"})
 
 
-# The same for many reports at once (a worker's batched call): one statement; the numbers
-# (1-based, in the order sent) of the reports the leases allowed come back. Every row the
-# ``ok`` CTE finds is stored: a data-modifying CTE runs to completion.
-_MANY_FOR_LEASE = (
+# Step reports (one, or a worker's batch) in one statement; the numbers (1-based, in the order
+# sent) of the reports the leases allowed come back. The lease decides the attempt: the stored
+# step carries the job's attempt, and a report that names another one matches no row. Every
+# row the ``ok`` CTE finds is stored: a data-modifying CTE runs to completion.
+_FOR_LEASE = (
     "with r as (select * from unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[]) "
     "with ordinality as r(job_id, token, idx, body, attempt, n)), "
     "ok as (select r.n, e.id as episode_id, j.attempts, r.idx, r.body from r "
@@ -53,15 +35,15 @@ _MANY_FOR_LEASE = (
 )
 
 
-async def insert_many_for_lease(conn: Conn,
-                                reports: list[tuple[uuid.UUID, str, Step]]) -> set[int]:
-    """Store each ``(job_id, token, step)`` as :func:`insert_for_lease` would, in one
-    statement; the positions (0-based) of those the leases allowed. Two reports of one job and
-    index must not both be sent (the caller keeps the last)."""
+async def insert_for_lease(conn: Conn, reports: list[tuple[uuid.UUID, str, Step]]) -> set[int]:
+    """Store each ``(job_id, token, step)`` as a step of the episode the job held with
+    ``token`` runs (idempotent per attempt and index), in one statement; the positions
+    (0-based) of those the leases allowed. Two reports of one job and index must not both be
+    sent (the caller keeps the last)."""
     if not reports:
         return set()
     rows = await conn.fetch(
-        _MANY_FOR_LEASE, [j for j, _, _ in reports], [t for _, t, _ in reports],
+        _FOR_LEASE, [j for j, _, _ in reports], [t for _, t, _ in reports],
         [s.index for _, _, s in reports],
         [dumps(_body(s)) for _, _, s in reports],
         [s.attempt for _, _, s in reports])

@@ -51,6 +51,22 @@ async def exists(conn: Conn, worker_id: uuid.UUID) -> bool:
     return await conn.fetchval("select 1 from workers where id = $1", worker_id) is not None
 
 
+async def by_token(conn: Conn) -> dict[str, list[uuid.UUID]]:
+    """Registered workers by the fingerprint of the token they registered with."""
+    rows = await conn.fetch("select id, token_fingerprint from workers "
+                            "where token_fingerprint is not null order by registered_at")
+    out: dict[str, list[uuid.UUID]] = {}
+    for r in rows:
+        out.setdefault(r["token_fingerprint"], []).append(r["id"])
+    return out
+
+
+async def of_token(conn: Conn, fingerprint: str) -> list[uuid.UUID]:
+    """The workers registered with the token of ``fingerprint``."""
+    rows = await conn.fetch("select id from workers where token_fingerprint = $1", fingerprint)
+    return [r["id"] for r in rows]
+
+
 async def list_workers(conn: Conn, limit: int = 200, *, now: datetime | None = None,
                        online_within_s: float | None = None) -> list[Worker]:
     """Most recently seen first; with ``now`` and ``online_within_s`` each says if it is online

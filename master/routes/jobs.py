@@ -18,6 +18,7 @@ from coda.contracts.master_api import (
     JobHeartbeatResponse,
     JobRelease,
     JobState,
+    JobStepReport,
     LeaseBeat,
     LeaseHeartbeats,
     LeaseHeartbeatsResponse,
@@ -29,33 +30,18 @@ from coda.contracts.master_api import (
     StepReports,
     StepReportsResponse,
 )
+from coda.contracts.records import Step
 from coda.service import error_responses
 from master import idempotency, jobs, tokens
 from master.auth import Admin, Reader, WorkerAuth
+from master.errors import LeaseLost, StepRefused
 from master.idempotency import IdempotencyKey
 from master.repos import jobs as job_rows
-from master.repos import workers
 from master.repos.jobs import NewJob
-from master.shedding import idle
+from master.shedding import idle, keeps_work
 from master.state import AppState, State
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-_KNOWN_WORKERS: set[uuid.UUID] = set()  # registered workers are never deleted
-_KNOWN_WORKERS_MAX = 100_000
-
-
-async def _registered(core: AppState, worker_id: uuid.UUID) -> bool:
-    """Whether the worker is registered (remembered per process after the first look-up)."""
-    if worker_id in _KNOWN_WORKERS:
-        return True
-    if not await workers.exists(core.pg, worker_id):
-        return False
-    if len(_KNOWN_WORKERS) >= _KNOWN_WORKERS_MAX:
-        _KNOWN_WORKERS.clear()
-    _KNOWN_WORKERS.add(worker_id)
-    return True
-
 
 @router.post("", status_code=201)
 async def create_job(body: JobCreate, core: State, _: Admin, response: Response,
@@ -80,7 +66,7 @@ async def lease_jobs(body: LeaseRequest, core: State, _: WorkerAuth, request: Re
     (a master that is stopping answers at once, with no job). A retry with the same
     ``Idempotency-Key`` gets the jobs the first request leased (those it still holds) instead
     of leasing more: an answer lost on the way costs no attempt."""
-    if not await _registered(core, body.worker_id):
+    if not await core.known_workers.registered(core.pg, body.worker_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"worker {body.worker_id} is not registered")
     digest = idempotency.digest(body.model_dump(mode="json"))
@@ -119,7 +105,7 @@ async def _lease(body: LeaseRequest, core: AppState, request: Request) -> list[J
         if core.metrics and waiting:
             core.metrics.lease_polls.dec()
     # a worker token revoked during this long poll: what it got goes back at once
-    got = await tokens.unless_revoked(core.pg, core.queue, request.app.state.auth,
+    got = await tokens.unless_revoked(core.pg, core.queue, core.auth,
                                       request.headers.get("authorization"), got)
     if core.metrics and got:
         core.metrics.jobs_leased.labels(body.kind.value).inc(len(got))
@@ -127,6 +113,7 @@ async def _lease(body: LeaseRequest, core: AppState, request: Request) -> list[J
 
 
 @router.post("/heartbeat")
+@keeps_work
 async def heartbeat_leases(body: LeaseHeartbeats, core: State,
                            _: WorkerAuth) -> LeaseHeartbeatsResponse:
     """Extend every lease a worker holds in one call (one call per worker and heartbeat
@@ -142,6 +129,7 @@ async def heartbeat_leases(body: LeaseHeartbeats, core: State,
 
 
 @router.post("/{job_id}/heartbeat", responses=error_responses(404, 409))
+@keeps_work
 async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
                         _: WorkerAuth) -> JobHeartbeatResponse:
     """Extend the lease; 409 when the lease is lost (stop working on it)."""
@@ -150,44 +138,53 @@ async def heartbeat_job(job_id: uuid.UUID, body: LeaseToken, core: State,
     return JobHeartbeatResponse(lease_expires_at=expires)
 
 
-_LABEL_BY_MASTER = "set by the master from the episode's verdict, not by a worker"
-
-
 @router.post("/steps")
 async def report_steps(body: StepReports, core: State, _: WorkerAuth) -> StepReportsResponse:
-    """Store the steps a worker's slots made since its last call, in one call (as
-    ``POST /v1/jobs/{job_id}/steps`` stores one): each report is ``stored``, ``lost`` (stop
-    working on that job) or ``refused`` (``detail`` says why), in the order sent."""
-    allowed = [(n, r) for n, r in enumerate(body.reports) if r.step.label is None]
-    stored = await jobs.report_steps(core.pg, [(r.job_id, r.lease_token, r.step)
-                                               for _, r in allowed])
-    outcomes = [StepReportOutcome(job_id=r.job_id, index=r.step.index, outcome="refused",
-                                  detail=f"step.label: {_LABEL_BY_MASTER}") for r in body.reports]
-    for (n, r), (outcome, job_status, detail) in zip(allowed, stored, strict=True):
-        outcomes[n] = StepReportOutcome(job_id=r.job_id, index=r.step.index,
-                                        outcome=outcome,
-                                        status=job_status, detail=detail)
-    if core.metrics:
-        core.metrics.steps.inc(sum(o.outcome == "stored" for o in outcomes))
-    return StepReportsResponse(reports=outcomes)
+    """Store the steps a worker's slots made since its last call, in one call: each report is
+    ``stored``, ``lost`` (stop working on that job) or ``refused`` (``detail`` says why: a
+    report that sets ``step.label`` is, as the master labels steps from the judge's verdict),
+    in the order sent."""
+    answers = await _report(core, [(r.job_id, r.lease_token, r.step) for r in body.reports])
+    return StepReportsResponse(reports=[_outcome(r, answer)
+                                        for r, answer in zip(body.reports, answers, strict=True)])
 
 
 @router.post("/{job_id}/steps", status_code=204, responses=error_responses(404, 409))
 async def report_step(job_id: uuid.UUID, body: StepReport, core: State, _: WorkerAuth) -> None:
-    """Store one step of the episode this job runs (idempotent per index). A report that
-    sets ``step.label`` is refused (422 naming it): the master labels steps from the judge's
-    verdict, and a worker's label would be taken for one."""
-    if body.step.label is not None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, [
-            {"loc": ["body", "step", "label"], "type": "value_error",
-             "msg": f"label: {_LABEL_BY_MASTER}"}])
-    await jobs.report_step(core.pg, job_id=job_id, token=body.lease_token, step=body.step)
+    """Store one step of the episode this job runs (idempotent per index): ``POST
+    /v1/jobs/steps`` with a batch of one, its refusal as this call's error (409 when the lease
+    is lost or does not allow it; 422 naming ``step.label`` when the report sets it: the
+    master labels steps from the judge's verdict, and a worker's label would be taken for
+    one)."""
+    [answer] = await _report(core, [(job_id, body.lease_token, body.step)])
+    if answer is not None:
+        raise answer
+
+
+async def _report(core: AppState,
+                  reports: list[tuple[uuid.UUID, str, Step]]) -> list[jobs.StepRefusal | None]:
+    """Both step routes' one path: :func:`master.jobs.report_steps`, the stored ones counted."""
+    answers = await jobs.report_steps(core.pg, reports)
     if core.metrics:
-        core.metrics.steps.inc()
+        core.metrics.steps.inc(sum(a is None for a in answers))
+    return answers
+
+
+def _outcome(report: JobStepReport, answer: jobs.StepRefusal | None) -> StepReportOutcome:
+    """One report's answer in a batch's response."""
+    job_id, index = report.job_id, report.step.index
+    if answer is None:
+        return StepReportOutcome(job_id=job_id, index=index, outcome="stored")
+    if isinstance(answer, StepRefused):
+        return StepReportOutcome(job_id=job_id, index=index, outcome="refused",
+                                 detail=str(answer))
+    return StepReportOutcome(job_id=job_id, index=index, outcome="lost",
+                             status=answer.status if isinstance(answer, LeaseLost) else None)
 
 
 @router.post("/{job_id}/complete", status_code=204,
              responses=error_responses(404, 409))
+@keeps_work
 async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: WorkerAuth) -> None:
     """Finish the job with the result of its kind; 409 (and no change) when the token is
     stale, 422 (and no change) when the result does not fit or the kind is not the job's."""
@@ -199,6 +196,7 @@ async def complete_job(job_id: uuid.UUID, body: JobComplete, core: State, _: Wor
 
 
 @router.post("/{job_id}/fail", responses=error_responses(404, 409))
+@keeps_work
 async def fail_job(job_id: uuid.UUID, body: JobFail, core: State, _: WorkerAuth) -> JobState:
     """Give up this attempt: requeued while attempts remain (and ``retry``), else failed."""
     await jobs.fail(core.pg, core.queue, job_id=job_id, token=body.lease_token,

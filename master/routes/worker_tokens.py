@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Request, status
+from fastapi import APIRouter, HTTPException, Path, status
 
 from coda.contracts.master_api import TOKEN_FINGERPRINT_PATTERN, WorkerTokenInfo, WorkerTokenRevoked
 from coda.service import error_responses
 from master import tokens
 from master.auth import Admin
+from master.repos import workers as worker_rows
 from master.state import State
 
 router = APIRouter(prefix="/v1/admin/worker-tokens", tags=["admin"])
@@ -18,35 +19,26 @@ Fingerprint = Annotated[str, Path(pattern=TOKEN_FINGERPRINT_PATTERN,
                                   description="the token's fingerprint (GET lists them)")]
 
 
-def _auth(request: Request) -> tokens.MasterTokenAuth:
-    auth = request.app.state.auth
-    assert isinstance(auth, tokens.MasterTokenAuth)
-    return auth
-
-
 @router.get("")
-async def list_worker_tokens(request: Request, core: State, _: Admin) -> list[WorkerTokenInfo]:
+async def list_worker_tokens(core: State, _: Admin) -> list[WorkerTokenInfo]:
     """The worker tokens of the master's settings by fingerprint (the first 16 hex digits of
     the token's SHA-256; ``coda admin worker-tokens`` prints a token's), when each was
     revoked, and the workers registered with each."""
-    auth = _auth(request)
-    async with core.pg.acquire() as conn:
-        revoked = await tokens.revocations(conn)
-        workers = await tokens.workers_of(conn)
-    auth.set_revoked(revoked)
+    revoked = await tokens.load_revocations(core.pg, core.auth)
+    workers = await worker_rows.by_token(core.pg)
     return [WorkerTokenInfo(fingerprint=fp, revoked_at=revoked.get(fp),
-                            workers=workers.get(fp, [])) for fp in auth.worker_fingerprints]
+                            workers=workers.get(fp, [])) for fp in core.auth.worker_fingerprints]
 
 
 @router.delete("/{fingerprint}", responses=error_responses(404))
-async def revoke_worker_token(fingerprint: Fingerprint, request: Request, core: State,
+async def revoke_worker_token(fingerprint: Fingerprint, core: State,
                               _: Admin) -> WorkerTokenRevoked:
     """Revoke a worker token: from now on its requests are refused (401, the detail says it
     was revoked), and the jobs its workers hold go back to the queue at once (an attempt
     counted, as for an expired lease). Other workers are untouched. Revoking twice is no
     error. Every master process refuses it within one maintenance interval (this one at
     once); to use the token again, give the workers a new one in ``CODA_WORKER_TOKENS``."""
-    auth = _auth(request)
+    auth = core.auth
     if fingerprint not in auth.worker_fingerprints:
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"no worker token with fingerprint {fingerprint}")

@@ -12,6 +12,7 @@ from coda.service import error_responses
 from coda.service.auth import bearer_token
 from master.auth import Reader, WorkerAuth
 from master.repos import workers
+from master.shedding import keeps_work
 from master.state import State
 from master.tokens import fingerprint
 
@@ -29,6 +30,7 @@ async def register_worker(body: WorkerRegister, request: Request, core: State,
 
 
 @router.post("/{worker_id}/heartbeat", responses=error_responses(404))
+@keeps_work
 async def worker_heartbeat(worker_id: uuid.UUID, body: WorkerHeartbeat, core: State,
                            _: WorkerAuth) -> Worker:
     """Mark the worker alive and record how many of its slots are busy and how its desktop

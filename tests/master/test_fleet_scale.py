@@ -104,8 +104,9 @@ async def test_a_step_batch_is_bounded(wclient, worker):
 async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclient, worker):
     """The worker's step reports (:class:`worker.steps.StepReporter`): the reports of all its
     slots wait for the window and go in one call; a slot that waits for its report sends the
-    batch at once; a report the master answers lost raises the single call's 409."""
-    from worker.episode import lease_lost
+    batch at once; a report the master answers lost raises :class:`LeaseGone`, one it refuses
+    :class:`StepRefused` (no made-up HTTP error)."""
+    from worker.leases import LeaseGone, StepRefused
     from worker.steps import StepReporter
 
     await submit(admin, n_tasks=3)
@@ -125,7 +126,7 @@ async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclie
     reporter.hurry()  # a slot waits for its report: the batch goes now
     done = await asyncio.gather(*reports, return_exceptions=True)
     assert done[:2] == [None, None]
-    assert isinstance(done[2], ServiceError) and lease_lost(done[2], master.url)
+    assert type(done[2]) is LeaseGone and "succeeded" in str(done[2])
     assert master.requests("/v1/jobs/steps") == before + 1 and reporter.calls == 1
     for job in jobs[:2]:
         ep = await admin.get_episode(job.payload.episode_id)
@@ -135,6 +136,12 @@ async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclie
     reporter.hurry()
     await asyncio.wait_for(quick, timeout=60)  # the window is an hour: sent because hurried
     assert reporter.calls == 2
+    # a report the lease does not allow: its typed refusal
+    refused = asyncio.create_task(reporter.report(jobs[0], Step(index=3, attempt=7)))
+    reporter.hurry()
+    with pytest.raises(StepRefused, match=r"step\.attempt"):
+        await asyncio.wait_for(refused, timeout=60)
+    assert reporter.calls == 3
     # stopping: a report still waiting hears why
     late = asyncio.create_task(reporter.report(jobs[0], Step(index=2)))
     await wait_for_async(lambda: waiting(1), "the late report to wait")
@@ -143,6 +150,26 @@ async def test_the_worker_sends_its_slots_steps_in_one_call(master, admin, wclie
     with pytest.raises(ServiceError) as err:
         await late
     assert err.value.status == 503
+
+
+async def test_window_0_sends_each_step_report_at_once(master, admin, wclient, worker):
+    """The reporter is always there: with window 0 a report goes at once, nobody hurrying it
+    (a batch of one), and the master stores it as any other."""
+    from worker.steps import StepReporter
+
+    await submit(admin, n_tasks=1)
+    [job] = await wclient.lease(worker.id)
+    reporter = StepReporter(wclient, window_s=0)
+    sending = asyncio.create_task(reporter.run())
+    try:
+        before = master.requests("/v1/jobs/steps")
+        await asyncio.wait_for(reporter.report(job, Step(index=0, thought="at once")), 60)
+        assert master.requests("/v1/jobs/steps") == before + 1 and reporter.calls == 1
+    finally:
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+    ep = await admin.get_episode(job.payload.episode_id)
+    assert [s.thought for s in ep.steps or []] == ["at once"]
 
 
 async def test_a_step_batch_the_master_never_got_fails_every_report_in_it(admin, wclient,

@@ -190,9 +190,11 @@ def _episode_run(report: Coroutine[Any, Any, None]) -> Any:
     from types import SimpleNamespace
 
     from worker.episode import AttemptFailed, EpisodeRun
+    from worker.steps import StepReporter
 
     run = EpisodeRun(job=SimpleNamespace(id=uuid.uuid4()), desktop=None, master=None,  # type: ignore[arg-type]
-                     planner=None, executor=None, settings=None)  # type: ignore[arg-type]
+                     planner=None, executor=None, settings=None,  # type: ignore[arg-type]
+                     reporter=StepReporter(None, window_s=0))  # type: ignore[arg-type]
 
     async def attempt() -> None:
         raise AttemptFailed("x_crashed", "the display is gone")
@@ -203,7 +205,8 @@ def _episode_run(report: Coroutine[Any, Any, None]) -> Any:
 
 
 async def test_a_failed_attempt_lands_its_step_report_and_raises_its_own_error() -> None:
-    from worker.episode import AttemptFailed, LeaseGone
+    from worker.episode import AttemptFailed
+    from worker.leases import LeaseGone
 
     async def lost() -> None:
         raise LeaseGone("the master took the lease back")
