@@ -13,9 +13,10 @@ import httpx
 import pytest
 from PIL import Image
 
+from coda import procs
 from coda.actions import Click, Move, TypeText
 from tests.fixtures.waiting import wait_for
-from worker.guest import a11y, commands
+from worker.guest import a11y
 from worker.guest.runner import ActionRunner, ActionTimeout
 from worker.providers.local import LocalDesktop
 
@@ -128,7 +129,7 @@ def test_command_time_is_bounded_and_the_process_group_dies(desktop: LocalDeskto
                                      "shell": True, "timeout": 1})
         assert r.status_code == 500 and "timed out after 1 seconds" in r.json()["message"]
         assert time.monotonic() - start < 20
-    wait_for(lambda: not [p for p in commands.marked_pids(desktop.id)
+    wait_for(lambda: not [p for p in procs.marked_pids(desktop.id)
                             if "sleep" in Path(f"/proc/{p}/cmdline").read_bytes().decode()],
                "the timed-out command's processes to be gone", timeout=10)
 
@@ -184,7 +185,7 @@ def test_close_apps_ends_everything_the_agent_started(desktop: LocalDesktop) -> 
     wait_for(lambda: window(guest, "xterm"), "the xterm window")
     reply = guest.close_apps()
     assert reply.killed >= 3 and reply.windows == []
-    assert commands.marked_pids(desktop.id) == []
+    assert procs.marked_pids(desktop.id) == []
 
 
 def test_a_display_that_is_not_there_is_display_unavailable(
