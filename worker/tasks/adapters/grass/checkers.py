@@ -19,7 +19,7 @@ from coda.tasks import TaskSpec
 from worker.providers.client import GuestError
 from worker.providers.image.grassdata import FACTS
 from worker.tasks.adapters.base import CheckHandler
-from worker.tasks.adapters.grass import gui
+from worker.tasks.adapters.grass import gui, reads
 from worker.tasks.adapters.grass.steps import STEP_TIMEOUT_S
 from worker.tasks.context import CheckError, TaskContext
 from worker.tasks.expr import UnsafeExpression, compile_lambda
@@ -55,18 +55,18 @@ def state_dump(ctx: TaskContext) -> dict[str, Any]:
 
 
 def judge(kind: str, item: dict[str, Any], data: Any) -> CheckResult:
-    """ScienceBoard's ``pred(key(data), value)``, ``pred`` defaulting to equality."""
+    """ScienceBoard's ``pred(key(data), value)``, ``pred`` defaulting to equality; the detail
+    names what ``pred`` read of ``key(data)`` (:mod:`.reads`)."""
     key = _lambda(item["key"])
     pred = _lambda(item["pred"]) if "pred" in item else (lambda a, b: a == b)
     try:
         got = key(data)
-        ok = bool(pred(got, item["value"]))
+        ok, read = reads.compared(pred, got, item["value"])
     except EXPRESSION_ERRORS as exc:
         return CheckResult(type=kind, status=CheckStatus.FAIL,
                            detail=f"{type(exc).__name__} in the check: {exc}")
-    shown = json.dumps(got, default=str)
     return CheckResult(type=kind, status=CheckStatus.PASS if ok else CheckStatus.FAIL,
-                       detail=f"{shown[:200]} against {json.dumps(item['value'])[:100]}")
+                       detail=f"{read} against {reads.shown(item['value'], 100)}")
 
 
 def check_info(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
