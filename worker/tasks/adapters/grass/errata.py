@@ -7,10 +7,11 @@ and the corrected check.
 
 Where the corrected checks read: a layer's command (``dump['layers'][i]['cmd']``, as
 ``("d.vect", {option: value})``), which GRASS sets for a layer added any way (the data
-catalog, the console, the Add vector dialog, its properties dialog applied) and which is what
-the layer renders; ScienceBoard's keys read the layer tree item's properties-dialog options
-(``dump['windows'][i]['_data'][1]['params']``), which GRASS fills only once that dialog is
-applied, and which miss a WHERE clause typed in the first second after the dialog opens.
+catalog, the console, the Add vector dialog; updated when its properties dialog is applied)
+and which is what the layer renders; ScienceBoard's keys read the layer tree item's
+properties-dialog options (``dump['windows'][i]['_data'][1]['params']``), which GRASS fills
+only once that dialog is applied, and which miss a WHERE clause typed in the first second
+after the dialog opens.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from coda.contracts.desktop import CheckResult, CheckStatus
 
 DIALOG_ONLY = ("it reads the layer's properties-dialog options, which GRASS fills only once "
                "that dialog is applied: the layer added with the right options from the "
-               "console (or from the Add vector dialog) fails with \"TypeError in the check\"")
+               "console or the data catalog fails with \"TypeError in the check\"")
 DIALOG_EVIDENCE = ("GRASS 8.2's layer tree stores (layer info, None) for a layer it adds and "
                    "sets the second element from the properties dialog's task only on Apply/"
                    "OK; a console `d.vect ...` with the right options: ScienceBoard's check "
