@@ -206,7 +206,7 @@ class EpisodeRun:
                  task=task.id, app=task.app, attempt=self.job.attempt, slot=self.desktop.slot)
         self.desktop.budget = self.settings.screenshot_budget()
         await self._desktop(self.desktop.reset)
-        ctx = TaskContext.for_desktop(self.desktop, task)
+        ctx = TaskContext.for_desktop(self.desktop, task, errata=self.settings.checker_errata)
         report = await self._desktop(run_setup, ctx)
         problem = report.first_problem
         if problem is not None:

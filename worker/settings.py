@@ -106,6 +106,11 @@ class WorkerSettings(BaseSettings):
                                      description="executor tokens per action")
     group_temperature: float = Field(default=1.0, gt=0, le=2,
                                      description="planner temperature of a GRPO group")
+    checker_errata: bool = Field(
+        default=False,
+        description="judge tasks whose own checker is known to be wrong by a corrected checker "
+        "(the instruction's verdict; docs/coverage.md, Known checker defects) instead of the "
+        "task's (ScienceBoard's verdict, the default: results comparable with its paper)")
     judge_policy: JudgePolicy = Field(default_factory=JudgePolicy,
                                       description="votes, frames, resolutions (JSON)")
 

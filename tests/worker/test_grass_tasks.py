@@ -20,6 +20,7 @@ from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd
 from worker.providers.image import grassdata
 from worker.providers.local import LocalDesktop
 from worker.tasks import run_checkers
+from worker.tasks.adapters.grass import gui
 
 from .grass_helpers import (
     Solution,
@@ -91,6 +92,30 @@ def test_grass_task_wrong_then_right_on_the_real_grass(desktop: LocalDesktop, na
     outcome = run_checkers(ctx, right(desktop, ctx))
     assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert sorted({r.type for r in outcome.results}) == sorted(set(families))
+
+
+def test_the_scale_step_ends_with_its_render(desktop: LocalDesktop) -> None:
+    """A-08's ``scale`` step: done only once the map display has rendered at 1:25 (GRASS
+    renders from a timer after the call): right after setup nothing renders any more."""
+    ctx = setup_task(desktop, "A-08", reset=False)
+    state = gui.ready(ctx)
+    assert state is not None and state["rendering"] is False
+    assert abs(gui.dump(ctx)["statusbar"]["scale"] - 25) < 0.1
+
+
+def test_errata_judge_a_layer_added_from_the_console_by_its_cmd(desktop: LocalDesktop) -> None:
+    """B-06 done from the console (``d.vect ... width=2``): ScienceBoard's check reads the
+    properties-dialog options GRASS leaves unset for such a layer and fails; with the errata on
+    the corrected check reads the layer's cmd and passes."""
+    ctx = setup_task(desktop, "B-06", reset=False)
+    end = console("d.vect map=railroads@PERMANENT width=2")(desktop, ctx)
+    outcome = run_checkers(ctx, end)
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
+    assert "TypeError in the check" in outcome.results[-1].detail
+    ctx.errata = True
+    outcome = run_checkers(ctx, end)
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
+    assert outcome.results[-1].detail.startswith("erratum B-06 applied")
 
 
 def test_a_reset_restores_the_data_sets(desktop: LocalDesktop) -> None:

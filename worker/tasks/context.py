@@ -43,6 +43,8 @@ class TaskContext:
     guest: GuestClient
     layout: GuestLayout = field(default_factory=GuestLayout)
     launch_timeout_s: float = 60.0
+    errata: bool = False  # corrected checkers for known-defective task checks (the worker's
+    # CODA_WORKER_CHECKER_ERRATA; default off: the task's own checkers, as ScienceBoard runs them)
     scratch: dict[str, Any] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
 

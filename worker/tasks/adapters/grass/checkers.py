@@ -6,7 +6,8 @@
   (``format=json`` output parsed; 8.2's ``v.db.select`` lacks 8.4's ``info.columns``, added here
   from ``v.info -c``, as 8.4 names the types). As in ScienceBoard, an error inside a checker's
   expressions (a missing layer, an unset option) fails the check; a GUI that cannot be read
-  makes it *unavailable*.
+  makes it *unavailable*. With the worker's ``CODA_WORKER_CHECKER_ERRATA`` on, an ``info`` item
+  known to be wrong is judged by its corrected check (:mod:`.errata`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from coda.tasks import TaskSpec
 from worker.providers.client import GuestError
 from worker.providers.image.grassdata import FACTS
 from worker.tasks.adapters.base import CheckHandler
-from worker.tasks.adapters.grass import gui
+from worker.tasks.adapters.grass import errata, gui, reads
 from worker.tasks.adapters.grass.steps import STEP_TIMEOUT_S
 from worker.tasks.context import CheckError, TaskContext
 from worker.tasks.expr import UnsafeExpression, compile_lambda
@@ -55,22 +56,26 @@ def state_dump(ctx: TaskContext) -> dict[str, Any]:
 
 
 def judge(kind: str, item: dict[str, Any], data: Any) -> CheckResult:
-    """ScienceBoard's ``pred(key(data), value)``, ``pred`` defaulting to equality."""
+    """ScienceBoard's ``pred(key(data), value)``, ``pred`` defaulting to equality; the detail
+    names what ``pred`` read of ``key(data)`` (:mod:`.reads`)."""
     key = _lambda(item["key"])
     pred = _lambda(item["pred"]) if "pred" in item else (lambda a, b: a == b)
     try:
         got = key(data)
-        ok = bool(pred(got, item["value"]))
+        ok, read = reads.compared(pred, got, item["value"])
     except EXPRESSION_ERRORS as exc:
         return CheckResult(type=kind, status=CheckStatus.FAIL,
                            detail=f"{type(exc).__name__} in the check: {exc}")
-    shown = json.dumps(got, default=str)
     return CheckResult(type=kind, status=CheckStatus.PASS if ok else CheckStatus.FAIL,
-                       detail=f"{shown[:200]} against {json.dumps(item['value'])[:100]}")
+                       detail=f"{read} against {reads.shown(item['value'], 100)}")
 
 
 def check_info(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
-    return judge("info", item, state_dump(ctx))
+    """ScienceBoard's check; with the worker's errata on, a corrected one where the task's
+    check is known to be wrong (:mod:`.errata`)."""
+    result = judge("info", item, state_dump(ctx))
+    erratum = errata.for_item(item) if ctx.errata else None
+    return result if erratum is None else errata.apply(erratum, "info", state_dump(ctx), result)
 
 
 COLUMN_NUMBER_TYPES = ("INTEGER", "DOUBLE PRECISION", "REAL", "SMALLINT", "NUMERIC", "SERIAL")

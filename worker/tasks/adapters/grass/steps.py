@@ -15,7 +15,8 @@ reader inside the GUI (:mod:`.gui`):
   naming the fix (a GUI on a missing mapset never gets ready).
 * ``map`` switches the session's mapset as the data catalog does (no confirmation), done when
   the session is in it; ``layer`` displays the first map the catalog lists under the query's
-  name, done when the layer is in the map; ``scale`` sets the first map display's scale.
+  name, done when the layer is in the map; ``scale`` sets the first map display's scale, done
+  when the display no longer renders.
 """
 
 from __future__ import annotations
@@ -165,8 +166,17 @@ def add_layer(ctx: TaskContext, p: dict[str, Any]) -> str:
 
 
 def set_scale(ctx: TaskContext, p: dict[str, Any]) -> str:
+    """Set the first map display's scale; done when its render has ended (GRASS starts it from
+    a timer after the call returns: an agent acting during it, e.g. switching the statusbar's
+    mode, races the render's own statusbar update)."""
     reply = gui.call(ctx, GrassOp.SCALE, scale=float(p["scale"]), timeout_s=STEP_TIMEOUT_S)
-    return f"map scale 1:{reply.get('scale')}"
+
+    def rendered() -> bool:
+        state = gui.ready(ctx)
+        return state is not None and not state.get("rendering", True)
+
+    gui.wait_for(rendered, "the map display rendered at the new scale", STEP_TIMEOUT_S)
+    return f"map scale 1:{gui.dump(ctx)['statusbar']['scale']} (asked 1:{reply.get('scale')})"
 
 
 STEPS: dict[str, StepHandler] = {"launch": _step_errors(launch), "map": _step_errors(switch_map),

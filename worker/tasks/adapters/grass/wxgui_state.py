@@ -16,7 +16,8 @@ GUI's main thread (``wx.CallAfter``) and is bounded by ``args["timeout_s"]``.
 
 Operations (the keys ScienceBoard's task checkers read, the steps its setup calls):
 
-* ``ready``: whether the Layer Manager, a map display and the data catalog exist, and the
+* ``ready``: whether the Layer Manager, a map display and the data catalog exist, whether the
+  first map display is rendering (a render pending on its timer or under way), and the
   session's location and mapset;
 * ``dump``: ``layers`` (every layer of the map: its attributes), ``windows`` (the layer tree's
   items that hold a window: their attributes, ``_data`` = (layer info, the properties dialog's
@@ -27,7 +28,8 @@ Operations (the keys ScienceBoard's task checkers read, the steps its setup call
   the first map display (ScienceBoard's "Map Display 1");
 * ``map``: switch to a mapset (the data catalog's switch, no confirmation);
 * ``layer``: display a map the data catalog lists (as a double click on it does);
-* ``scale``: set the first map display's scale and render it;
+* ``scale``: set the first map display's scale and start its render (done when ``ready`` says
+  it no longer renders);
 * ``gcmd``: run a GRASS module in the GUI's session and return its exit code and output;
 * ``restart``: bring the running GUI back to a fresh launch's state without relaunching it
   (dialogs closed, the session in ``args``' mapset, a new workspace: every map display closed
@@ -140,6 +142,15 @@ def catalog_tree(frame: Any) -> Any:
     return frame.datacatalog.tree
 
 
+def rendering(display: Any) -> bool:
+    """Whether ``display`` has a render pending or under way: a map update waits on its timer
+    (``UpdateMap`` starts the render from a timer thread, after the call returns) or the
+    render manager renders (until its ``OnRenderDone``)."""
+    window = display.GetWindow()
+    pending = getattr(window, "timerRunId", None) is not None
+    return pending or bool(getattr(display.Map.GetRenderMgr(), "_rendering", False))
+
+
 def op_ready(_: dict[str, Any]) -> dict[str, Any]:
     frame = layer_manager()
     if frame is None:
@@ -148,9 +159,11 @@ def op_ready(_: dict[str, Any]) -> dict[str, Any]:
     from grass.script import gisenv
 
     env = gisenv()
+    found = displays(frame)
     return {
         "frame": bool(frame.IsShown()),
-        "display": bool(displays(frame)),
+        "display": bool(found),
+        "rendering": rendering(found[0]) if found else False,
         "catalog": bool(tree._model.root.children) and not hasattr(tree, "busy"),
         "single_window": type(frame).__module__.startswith("main_window"),
         "gisdbase": env.get("GISDBASE"), "location": env.get("LOCATION_NAME"),
@@ -291,7 +304,7 @@ def op_rects(_: dict[str, Any]) -> dict[str, Any]:
         out["statusbar_focused"] = widget is not None and widget.GetHandle() in [
             w.GetHandle() for w in focused if w is not None]  # wx gives new proxies: no `is`
     out["menu_open"] = MENUS["open"] > 0
-    out["rendering"] = bool(getattr(display.Map.GetRenderMgr(), "_rendering", False))
+    out["rendering"] = rendering(display)
     out["tabs"] = tabs(frame.notebook)
     out["page"] = frame.notebook.GetPageText(frame.notebook.GetSelection())
     return out
