@@ -84,6 +84,39 @@ PY
   fi
 fi
 
+# Celestia for the desktop image, never compiled inside a build: scripts/celestia.sh builds it
+# on this host once per machine (cached; about 11 minutes cold), and its installed prefix (with
+# Celestia's data) becomes the image coda-celestia:<key> (`docker import`, once per key), which
+# Dockerfile.desktop copies to the same path (the binary has its prefix compiled in). Without a
+# build here (no sources, offline) the image holds none and the Celestia container tests skip;
+# under CI=true that is an error.
+celestia_args() {
+  local prefix="" key=none
+  if prefix="$(bash scripts/celestia.sh)" && [ -n "$prefix" ] && [ -f "$prefix/.built" ]; then
+    key="$(basename "$prefix")"
+  elif [ "${CI:-}" = true ]; then
+    echo "docker-build: Celestia could not be built (CI=true: the desktop image must hold it)" >&2
+    exit 1
+  else
+    prefix=""
+    echo "docker-build: no Celestia build on this host: coda-desktop holds none" >&2
+  fi
+  if ! docker image inspect "coda-celestia:$key" >/dev/null 2>&1; then
+    echo "docker-build: coda-celestia:$key from ${prefix:-nothing} ..." >&2
+    if [ -n "$prefix" ]; then
+      tar -C / -c "${prefix#/}" | docker import - "coda-celestia:$key" >/dev/null
+    else  # an image holding only an empty folder: Dockerfile.desktop copies it in any case
+      local tmp
+      tmp="$(mktemp -d)" && mkdir -p "$tmp/opt/coda/celestia"
+      tar -C "$tmp" -c opt | docker import - "coda-celestia:$key" >/dev/null
+      rm -rf "$tmp"
+    fi
+  fi
+  # one word a line: the build's arguments
+  printf -- '--build-arg\n%s\n' "CELESTIA_IMAGE=coda-celestia:$key" "CELESTIA_KEY=$key" \
+    "CELESTIA_DIR=$(dirname "${prefix:-/opt/coda/celestia/none}")"
+}
+
 for img in "$@"; do
   file="deploy/docker/Dockerfile.$img"
   [ -f "$file" ] || { echo "docker-build: no $file" >&2; exit 2; }
@@ -91,6 +124,11 @@ for img in "$@"; do
   start=$(date +%s)
   base=()
   [ -n "$local_bases" ] && base=(--build-arg "BASE_IMAGE=$(base_of "$img")")
+  if [ "$img" = desktop ]; then
+    more="$(celestia_args)"
+    mapfile -t more_args <<<"$more"
+    base+=("${more_args[@]}")
+  fi
   docker build -q --network host ${args[@]+"${args[@]}"} "${base[@]}" -f "$file" -t "coda-$img:$tag" . \
     >/dev/null
   echo "docker-build: coda-$img:$tag built in $(( $(date +%s) - start )) s" >&2
