@@ -1,10 +1,11 @@
 """ScienceBoard's Celestia tasks in a desktop container (image coda-desktop: the host's build of
 ScienceBoard's Celestia fork, ``scripts/celestia.sh``, copied in by ``scripts/docker-build.sh``;
-never compiled inside the image build). Tasks of four checker kinds (time, render flags, entity
-distance and visibility, an answer) set up from their task files: a scripted wrong solution
-fails, then a right one succeeds, judged by their own checkers over Celestia's dump read inside
-the container through the agent's ``/coda/celestia`` (no port of Celestia is published). The
-solutions are the local tests' (celestia_helpers), sent through the container's guest agent.
+never compiled inside the image build). The twelve tasks the local tests solve (time, render
+flags, star style, texture resolution, entity distance, visibility, reference marks, pause,
+answers) set up from their task files: a scripted wrong solution fails, then a right one
+succeeds, judged by their own checkers over Celestia's dump read inside the container through
+the agent's ``/coda/celestia`` (no port of Celestia is published). The solutions are the local
+tests' (celestia_helpers), sent through the container's guest agent (about 3.5 minutes).
 Without a Celestia build on the host the image holds none and these tests skip (CI=true: they
 fail)."""
 
@@ -21,12 +22,11 @@ from worker.providers.docker import DockerProvider, DockerSettings
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
 from worker.providers.image import celestia as build
 
-from .celestia_helpers import require_build, setup_task, wrong_then_right
+from .celestia_helpers import CASES, require_build, setup_task, wrong_then_right
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-# time (A-02), render flags (A-04), entity distance + visibility (B-08), an answer (C-01)
-TASKS = ("A-02", "A-04", "B-08", "C-01")
+TASKS = tuple(sorted(CASES))
 
 
 @pytest.fixture(scope="module")
