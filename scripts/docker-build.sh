@@ -8,6 +8,7 @@
 #                                   # provider's default image and `coda vcsim` read the same
 #                                   # variable)
 #   CODA_DOCKER_PUBLIC=1 bash scripts/docker-build.sh master   # the Dockerfiles' own defaults
+#   CODA_DOCKER_CELESTIA=0 bash scripts/docker-build.sh desktop  # without Celestia (below)
 #
 # By default nothing is pulled from an image registry or fetched from a package index inside a
 # build: the base images come from Debian's packages (scripts/docker-base.sh), Python packages
@@ -89,31 +90,30 @@ fi
 # Celestia's data) becomes the image coda-celestia:<key> (`docker import`, once per key), which
 # Dockerfile.desktop copies to the same path (the binary has its prefix compiled in). Without a
 # build here (no sources, offline) the image holds none and the Celestia container tests skip;
-# under CI=true that is an error.
+# under CI=true that is an error. CODA_DOCKER_CELESTIA=0: an image without Celestia (no build).
 celestia_args() {
   local prefix="" key=none
-  if prefix="$(bash scripts/celestia.sh)" && [ -n "$prefix" ] && [ -f "$prefix/.built" ]; then
+  if [ "${CODA_DOCKER_CELESTIA:-1}" = 0 ]; then
+    echo "docker-build: CODA_DOCKER_CELESTIA=0: coda-desktop without Celestia" >&2
+  elif prefix="$(bash scripts/celestia.sh)" && [ -n "$prefix" ] && [ -f "$prefix/.built" ]; then
     key="$(basename "$prefix")"
   elif [ "${CI:-}" = true ]; then
     echo "docker-build: Celestia could not be built (CI=true: the desktop image must hold it)" >&2
     exit 1
   else
-    prefix=""
     echo "docker-build: no Celestia build on this host: coda-desktop holds none" >&2
   fi
-  if ! docker image inspect "coda-celestia:$key" >/dev/null 2>&1; then
-    echo "docker-build: coda-celestia:$key from ${prefix:-nothing} ..." >&2
-    if [ -n "$prefix" ]; then
-      tar -C / -c "${prefix#/}" | docker import - "coda-celestia:$key" >/dev/null
-    else  # an image holding only an empty folder: Dockerfile.desktop copies it in any case
-      local tmp
-      tmp="$(mktemp -d)" && mkdir -p "$tmp/opt/coda/celestia"
-      tar -C "$tmp" -c opt | docker import - "coda-celestia:$key" >/dev/null
-      rm -rf "$tmp"
+  [ "$key" != none ] || prefix=""
+  local image=scratch  # none: Dockerfile.desktop's default, nothing copied
+  if [ -n "$prefix" ]; then
+    image="coda-celestia:$key"
+    if ! docker image inspect "$image" >/dev/null 2>&1; then
+      echo "docker-build: $image from $prefix ..." >&2
+      tar -C / -c "${prefix#/}" | docker import - "$image" >/dev/null
     fi
   fi
   # one word a line: the build's arguments
-  printf -- '--build-arg\n%s\n' "CELESTIA_IMAGE=coda-celestia:$key" "CELESTIA_KEY=$key" \
+  printf -- '--build-arg\n%s\n' "CELESTIA_IMAGE=$image" "CELESTIA_KEY=$key" \
     "CELESTIA_DIR=$(dirname "${prefix:-/opt/coda/celestia/none}")"
 }
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.worker.celestia_helpers import require_build
+from tests.worker.celestia_helpers import require_image_build
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOT = {"launch_ready_s", "reset_s", "screenshot_ms", "dump_ms"}
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 def test_celestia_benchmark_writes_the_local_container_and_episode_figures(
         desktop_host: None, desktop_image: str, docker_client: Any, tmp_path: Path) -> None:
-    require_build()
+    require_image_build()
     out = tmp_path / "celestia.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.celestia", "--out", str(out), "--runs", "1",

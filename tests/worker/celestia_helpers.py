@@ -42,6 +42,14 @@ def require_build() -> None:
     pytest.skip(line)
 
 
+def require_image_build() -> None:
+    """:func:`require_build`, and skip where the desktop image is built without Celestia on
+    purpose (``CODA_DOCKER_CELESTIA=0``, ``scripts/docker-build.sh``)."""
+    require_build()
+    if os.environ.get("CODA_DOCKER_CELESTIA") == "0":
+        pytest.skip("CODA_DOCKER_CELESTIA=0: the desktop image holds no Celestia")
+
+
 def act(desktop: Desktop, *actions: Any) -> None:
     for action in actions:
         result = desktop.act(action)

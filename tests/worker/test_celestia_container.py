@@ -22,7 +22,7 @@ from worker.providers.docker import DockerProvider, DockerSettings
 from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
 from worker.providers.image import celestia as build
 
-from .celestia_helpers import CASES, require_build, setup_task, wrong_then_right
+from .celestia_helpers import CASES, require_image_build, setup_task, wrong_then_right
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ TASKS = tuple(sorted(CASES))
 
 @pytest.fixture(scope="module")
 def desktop(docker_client: Any, desktop_image: str) -> Iterator[ContainerDesktop]:
-    require_build()
+    require_image_build()
     prefix = f"coda-celestia-{secrets.token_hex(3)}"
     try:
         with DockerProvider(DockerSettings(name_prefix=prefix, ready_timeout_s=60)) as provider:

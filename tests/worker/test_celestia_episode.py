@@ -21,7 +21,7 @@ from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
 from tests.fixtures.services import Store, executor_settings, planner_settings
 from worker.providers.docker_desktop import PREFIX_LABEL
 
-from .celestia_helpers import require_build
+from .celestia_helpers import require_build, require_image_build
 from .test_episodes import wait_episode
 from .workerproc import Rest, running_worker, worker_env
 
@@ -72,6 +72,7 @@ def test_replay_solves_a_celestia_task_on_a_local_slot(
 def test_replay_solves_a_celestia_task_in_a_desktop_container(
         wmaster: MasterProcess, celestia_replays: tuple[str, str], docker_client: Any,
         desktop_image: str, tmp_path: Path) -> None:
+    require_image_build()
     prefix = f"coda-celestia-ep-{secrets.token_hex(3)}"
     options = {"image": desktop_image, "name_prefix": prefix, "ready_timeout_s": 120}
     try:

@@ -10,6 +10,7 @@ is none, so that an image is rebuilt when Celestia's build changes or first appe
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -31,10 +32,12 @@ def source_hash(root: Path) -> str:
 
 def celestia_build() -> str:
     """The key of the Celestia build here (the image's: its ``CODA_CELESTIA_KEY``), or
-    ``none``."""
+    ``none`` (also with ``CODA_DOCKER_CELESTIA=0``, as ``scripts/docker-build.sh``)."""
     from worker.providers.image import celestia
 
-    return celestia.key() if celestia.is_built() else "none"
+    if os.environ.get("CODA_DOCKER_CELESTIA") == "0" or not celestia.is_built():
+        return "none"
+    return celestia.key()
 
 
 if __name__ == "__main__":
