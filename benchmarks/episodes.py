@@ -59,17 +59,20 @@ log = get_logger("benchmarks.episodes")
 
 
 @contextmanager
-def replay_services(artifacts: Path, work: Path, token: str) -> Iterator[tuple[str, str]]:
+def replay_services(artifacts: Path, work: Path, token: str,
+                    replays: str = "texstudio-C-02") -> Iterator[tuple[str, str]]:
+    """The planner and executor services answering from ``REPLAYS/<replays>.{planner,
+    executor}.json``."""
     from executor_service.settings import ExecutorSettings
     from planner_service.settings import PlannerSettings
 
     common: dict[str, Any] = {"backend": "replay", "artifacts_url": str(artifacts),
               "inference_tokens": token, "admin_token": "admin-" + secrets.token_hex(16)}
     planner = ServiceProcess.of("planner", PlannerSettings(
-        model=str(REPLAYS / "texstudio-C-02.planner.json"),
+        model=str(REPLAYS / f"{replays}.planner.json"),
         adapter_cache_dir=str(work / "adapters"), **common), work / "planner.log")
     executor = ServiceProcess.of("executor", ExecutorSettings(
-        model=str(REPLAYS / "texstudio-C-02.executor.json"), **common), work / "executor.log")
+        model=str(REPLAYS / f"{replays}.executor.json"), **common), work / "executor.log")
     with running_services(planner, executor):
         yield planner.url, executor.url
 
@@ -114,24 +117,27 @@ def summarize(episodes: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 def measure(episodes: int, slots: int, timeout_s: float = 1800.0,
             record: Path | None = None, provider: str = "local",
-            provider_options: dict[str, Any] | None = None) -> dict[str, Any]:
+            provider_options: dict[str, Any] | None = None, task: Path = TASK,
+            replays: str = "texstudio-C-02") -> dict[str, Any]:
     """The figures; ``record``: where a succeeded episode's record (JSON) is written;
-    ``provider`` / ``provider_options``: the worker's desktops (``docker``: containers)."""
+    ``provider`` / ``provider_options``: the worker's desktops (``docker``: containers);
+    ``task`` run ``episodes`` times, its model outputs replayed from ``replays``
+    (:func:`replay_services`)."""
     token = "inference-" + secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="coda-bench-episodes-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)  # embedded Postgres may run as another user
         margs = argparse.Namespace(lease_ttl_s=60.0, workers=1, master_log=work / "master.log")
         with local_master(margs, work) as master, \
-                replay_services(work / "artifacts", work, token) as (planner, executor):
+                replay_services(work / "artifacts", work, token, replays) as (planner, executor):
             admin = httpx.Client(base_url=master.url, timeout=60, headers={
                 "authorization": f"Bearer {master.admin_token}"})
-            task = json.loads(TASK.read_text())
+            task_doc = json.loads(task.read_text())
             with worker_process(master, planner, executor, token, slots, work / "worker.log",
                                 provider, provider_options):
                 started = time.monotonic()
                 created = admin.post("/v1/batches", json={
-                    "tasks": [task], "rollouts": episodes, "judge": "never"})
+                    "tasks": [task_doc], "rollouts": episodes, "judge": "never"})
                 created.raise_for_status()
                 batch = created.json()["batch"]["id"]
                 deadline = started + timeout_s

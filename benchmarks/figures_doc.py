@@ -100,6 +100,32 @@ SECTIONS: tuple[Section, ...] = (
              "JSON has the load average before and after.",
     ),
     Section(
+        "Celestia: a slot's cost, local and in a desktop container", "celestia.json",
+        "python -m benchmarks.celestia",
+        (
+            F("local: launch to ready (A-04, median)", "launch_ready_s", unit="s"),
+            F("local: reset with Celestia open", "reset_s", unit="s"),
+            F("local: screenshot over HTTP", "screenshot_ms", unit="ms"),
+            F("local: state dump through the agent", "dump_ms", unit="ms"),
+            F("local: idle CPU, frame cap on", "idle_cpu_cores", "capped", unit="cores",
+              digits=3),
+            F("local: idle CPU, frame cap off", "idle_cpu_cores", "uncapped", unit="cores",
+              digits=3),
+            F("container: launch to ready (A-04, median)", "container", "launch_ready_s",
+              unit="s"),
+            F("container: reset with Celestia open", "container", "reset_s", unit="s"),
+            F("container: screenshot over HTTP", "container", "screenshot_ms", unit="ms"),
+            F("container: state dump through the agent", "container", "dump_ms", unit="ms"),
+            *(F(f"{where}: episodes per minute, {n} slot{'s' * (n > 1)} (A-02 replayed)",
+                "episodes", provider, str(n), "episodes_per_min")
+              for where, provider in (("local", "local"), ("container", "docker"))
+              for n in (1, 2, 4)),
+        ),
+        when=("at",),
+        note="Each episode-rate run's load averages before and after it are in the JSON: the "
+             "2-core machine was shared with other work.",
+    ),
+    Section(
         "Master under load", "master_load_kit_w1.json",
         "python -m benchmarks.master_load --slots 1000 --duration 90 --workers 1",
         (

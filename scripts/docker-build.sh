@@ -8,6 +8,7 @@
 #                                   # provider's default image and `coda vcsim` read the same
 #                                   # variable)
 #   CODA_DOCKER_PUBLIC=1 bash scripts/docker-build.sh master   # the Dockerfiles' own defaults
+#   CODA_DOCKER_CELESTIA=0 bash scripts/docker-build.sh desktop  # without Celestia (below)
 #
 # By default nothing is pulled from an image registry or fetched from a package index inside a
 # build: the base images come from Debian's packages (scripts/docker-base.sh), Python packages
@@ -84,6 +85,38 @@ PY
   fi
 fi
 
+# Celestia for the desktop image, never compiled inside a build: scripts/celestia.sh builds it
+# on this host once per machine (cached; about 11 minutes cold), and its installed prefix (with
+# Celestia's data) becomes the image coda-celestia:<key> (`docker import`, once per key), which
+# Dockerfile.desktop copies to the same path (the binary has its prefix compiled in). Without a
+# build here (no sources, offline) the image holds none and the Celestia container tests skip;
+# under CI=true that is an error. CODA_DOCKER_CELESTIA=0: an image without Celestia (no build).
+celestia_args() {
+  local prefix="" key=none
+  if [ "${CODA_DOCKER_CELESTIA:-1}" = 0 ]; then
+    echo "docker-build: CODA_DOCKER_CELESTIA=0: coda-desktop without Celestia" >&2
+  elif prefix="$(bash scripts/celestia.sh)" && [ -n "$prefix" ] && [ -f "$prefix/.built" ]; then
+    key="$(basename "$prefix")"
+  elif [ "${CI:-}" = true ]; then
+    echo "docker-build: Celestia could not be built (CI=true: the desktop image must hold it)" >&2
+    exit 1
+  else
+    echo "docker-build: no Celestia build on this host: coda-desktop holds none" >&2
+  fi
+  [ "$key" != none ] || prefix=""
+  local image=scratch  # none: Dockerfile.desktop's default, nothing copied
+  if [ -n "$prefix" ]; then
+    image="coda-celestia:$key"
+    if ! docker image inspect "$image" >/dev/null 2>&1; then
+      echo "docker-build: $image from $prefix ..." >&2
+      tar -C / -c "${prefix#/}" | docker import - "$image" >/dev/null
+    fi
+  fi
+  # one word a line: the build's arguments
+  printf -- '--build-arg\n%s\n' "CELESTIA_IMAGE=$image" "CELESTIA_KEY=$key" \
+    "CELESTIA_DIR=$(dirname "${prefix:-/opt/coda/celestia/none}")"
+}
+
 for img in "$@"; do
   file="deploy/docker/Dockerfile.$img"
   [ -f "$file" ] || { echo "docker-build: no $file" >&2; exit 2; }
@@ -91,6 +124,11 @@ for img in "$@"; do
   start=$(date +%s)
   base=()
   [ -n "$local_bases" ] && base=(--build-arg "BASE_IMAGE=$(base_of "$img")")
+  if [ "$img" = desktop ]; then
+    more="$(celestia_args)"
+    mapfile -t more_args <<<"$more"
+    base+=("${more_args[@]}")
+  fi
   docker build -q --network host ${args[@]+"${args[@]}"} "${base[@]}" -f "$file" -t "coda-$img:$tag" . \
     >/dev/null
   echo "docker-build: coda-$img:$tag built in $(( $(date +%s) - start )) s" >&2

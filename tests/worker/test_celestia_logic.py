@@ -49,9 +49,28 @@ def test_the_key_is_the_script_s() -> None:
 def test_without_the_script_there_is_no_build(monkeypatch, tmp_path) -> None:
     """The desktop image holds the worker package but not scripts/: importing it must work."""
     monkeypatch.setattr(build, "SCRIPT", tmp_path / "celestia.sh")
+    monkeypatch.delenv(build.KEY_ENV, raising=False)
     build.key.cache_clear()
     try:
         assert build.key() == "none"
         assert not build.is_built({"CODA_CELESTIA_DIR": str(tmp_path)})
+    finally:
+        build.key.cache_clear()
+
+
+def test_the_image_names_the_build_it_copied(monkeypatch, tmp_path) -> None:
+    """In the desktop image (no scripts/) the key is the image's CODA_CELESTIA_KEY: the host's
+    build, copied to the path it was compiled for, is found there."""
+    monkeypatch.setattr(build, "SCRIPT", tmp_path / "celestia.sh")
+    monkeypatch.setenv(build.KEY_ENV, "0123456789ab")
+    env = {"CODA_CELESTIA_DIR": str(tmp_path)}
+    build.key.cache_clear()
+    try:
+        assert build.prefix(env) == tmp_path / "0123456789ab"
+        (tmp_path / "0123456789ab" / "bin").mkdir(parents=True)
+        (tmp_path / "0123456789ab" / ".built").touch()
+        binary = build.binary(env)
+        binary.touch(mode=0o755)
+        assert build.is_built(env)
     finally:
         build.key.cache_clear()

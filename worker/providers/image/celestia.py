@@ -17,6 +17,7 @@ PATCHES = REPO / "deploy" / "celestia" / "patches"
 BINARY = "bin/celestia-qt6"
 SCIENCEBOARD_BINARY = "/app/bin/celestia-qt6"
 """The path ScienceBoard's tasks launch (its VM's package)."""
+KEY_ENV = "CODA_CELESTIA_KEY"
 BUILD_HINT = "build it with 'sudo bash scripts/celestia.sh' (about 11 minutes on 2 cores)"
 
 
@@ -36,10 +37,11 @@ def root(env: dict[str, str] | None = None) -> Path:
 def key() -> str:
     """The script's ``<key>``: sha256 of ``"<fork sha256> <content sha256>\\n"``, the patches
     in order, then the script; its first 12 hex digits. Where the script is not there (the
-    desktop image holds the worker package only, and no Celestia yet) there is no build:
-    ``"none"``."""
+    desktop image holds the worker package only) it is ``$CODA_CELESTIA_KEY``, which the image
+    sets to the key of the build it copied from the host (``scripts/docker-build.sh``), else
+    ``"none"``: no build."""
     if not SCRIPT.is_file():
-        return "none"
+        return os.environ.get(KEY_ENV) or "none"
     script = SCRIPT.read_bytes()
     sums = {name: value for name, value in
             re.findall(rb"^(FORK_SHA256|CONTENT_SHA256)=([0-9a-f]{64})$", script, re.M)}

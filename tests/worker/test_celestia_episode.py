@@ -1,0 +1,84 @@
+"""A Celestia task solved end to end by a replayed episode through ``coda worker``: a real
+master, the planner and executor services on the replay backend (the recorded outputs of
+``examples/replays/celestia-A-02.*.json``: k, then Shift+K into Celestia's 3D view, DONE), the
+worker as a real process setting ScienceBoard's A-02 up on the project's build of Celestia and
+judging it with the task's own checker over Celestia's dump; on a local slot, and in a desktop
+container (image coda-desktop with the host's build). Without a Celestia build these skip
+(CI=true: they fail)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda_app.services import ServiceProcess, running_services
+from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
+from tests.fixtures.services import Store, executor_settings, planner_settings
+from worker.providers.docker_desktop import PREFIX_LABEL
+
+from .celestia_helpers import require_build, require_image_build
+from .test_episodes import wait_episode
+from .workerproc import Rest, running_worker, worker_env
+
+pytestmark = pytest.mark.slow
+
+A02 = json.loads((EXAMPLES / "VM" / "Celestia" / "A-02.json").read_text())
+NO_JUDGE = "http://127.0.0.1:9"  # judge="never": the worker never calls it
+
+
+@pytest.fixture(scope="module")
+def celestia_replays(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
+                     ) -> Iterator[tuple[str, str]]:
+    """Planner and executor services answering from Celestia A-02's recorded outputs."""
+    require_build()
+    work = tmp_path_factory.mktemp("celestia-replays")
+    planner = ServiceProcess.of("planner", planner_settings(
+        REPLAYS / "celestia-A-02.planner.json", service_store, work, backend="replay"),
+        work / "planner.log")
+    executor = ServiceProcess.of("executor", executor_settings(
+        REPLAYS / "celestia-A-02.executor.json", service_store, backend="replay"),
+        work / "executor.log")
+    with running_services(planner, executor):
+        yield planner.url, executor.url
+
+
+def solve_a02(wmaster: MasterProcess, replays: tuple[str, str], log_path: Path,
+              **worker: Any) -> dict[str, Any]:
+    """A-02 submitted and run by a worker on the replay services; its episode, solved."""
+    rest = Rest(wmaster)
+    [episode_id] = rest.submit([A02], judge="never")["episode_ids"]
+    env = worker_env(wmaster, *replays, NO_JUDGE, kinds="episode", **worker)
+    with running_worker(env, log_path) as proc:
+        ep = wait_episode(rest, episode_id, proc)
+    summary = [(s["index"], s["action"], s["outcome"], s["error"]) for s in ep["steps"]]
+    assert ep["success"] is True, (summary, ep)
+    assert [s["action"]["type"] for s in ep["steps"]] == ["type", "type", "done"], summary
+    assert all(s["outcome"] == "ok" and s["screenshot"] for s in ep["steps"]), summary
+    return ep
+
+
+def test_replay_solves_a_celestia_task_on_a_local_slot(
+        wmaster: MasterProcess, celestia_replays: tuple[str, str], desktop_host: None,
+        tmp_path: Path) -> None:
+    solve_a02(wmaster, celestia_replays, tmp_path / "worker.log")
+
+
+@pytest.mark.docker
+def test_replay_solves_a_celestia_task_in_a_desktop_container(
+        wmaster: MasterProcess, celestia_replays: tuple[str, str], docker_client: Any,
+        desktop_image: str, tmp_path: Path) -> None:
+    require_image_build()
+    prefix = f"coda-celestia-ep-{secrets.token_hex(3)}"
+    options = {"image": desktop_image, "name_prefix": prefix, "ready_timeout_s": 120}
+    try:
+        solve_a02(wmaster, celestia_replays, tmp_path / "worker.log", provider="docker",
+                  provider_options=json.dumps(options))
+    finally:
+        for c in docker_client.containers.list(all=True,
+                                               filters={"label": f"{PREFIX_LABEL}={prefix}"}):
+            c.remove(force=True)
