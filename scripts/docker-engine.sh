@@ -9,6 +9,9 @@
 # built without a registry, scripts/docker-base.sh) when they are missing, as root or with
 # passwordless sudo. An engine that already answers is reused and never stopped by `stop`; one
 # this script starts is recorded in $state/dockerd.pid and `stop` ends it (and only it).
+# `start` prints one word on stdout, `started` or `reused`: a caller that stops the engine
+# afterwards does so only after `started` (scripts/test.sh), so a second caller that reused an
+# engine another `start` started does not stop it under the first.
 set -euo pipefail
 
 state="${CODA_DOCKER_STATE:-${CODA_EMBEDDED_ROOT:-/var/lib/coda}/docker}"
@@ -46,6 +49,7 @@ start() {
   install_missing
   if answers; then
     echo "docker-engine: reusing the running engine" >&2
+    echo reused
     return 0
   fi
   if [ "$ROOT" = no ]; then
@@ -59,7 +63,7 @@ start() {
     </dev/null &
   echo $! | "${SUDO[@]}" tee "$pidfile" >/dev/null
   for _ in $(seq 120); do
-    answers && { echo "docker-engine: engine ready" >&2; return 0; }
+    answers && { echo "docker-engine: engine ready" >&2; echo started; return 0; }
     kill -0 "$(cat "$pidfile")" 2>/dev/null || break
     sleep 0.5
   done

@@ -29,9 +29,9 @@ if ! bash scripts/vcsim.sh >/dev/null; then  # vcsim from Debian's govmomi, for 
   fi
   echo "test.sh: no vcsim: the vSphere tests skip" >&2
 fi
-if bash scripts/docker-engine.sh start; then
-  # stops only a dockerd that `start` started (an engine that was running stays)
-  trap 'bash scripts/docker-engine.sh stop' EXIT
+if engine="$(bash scripts/docker-engine.sh start)"; then
+  # stops only a dockerd this call started (an engine that was running stays, whoever started it)
+  if [ "$engine" = started ]; then trap 'bash scripts/docker-engine.sh stop' EXIT; fi
   bash scripts/docker-base.sh  # Debian / Python base images from Debian's packages
 elif [ "${CI:-}" = true ]; then
   echo "test.sh: no Docker engine (CI=true: the docker tests must run)" >&2
