@@ -4,8 +4,7 @@ run here with a checker's verdict (the application installed, its state readable
 reason for each one that cannot.
 
 The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's files and
-``/tex/check``; KAlgebra's accessibility tree and ``calgebra`` except a curve's colour and a
-number variable compared with non-number text (a complex value: the panel shows its real part);
+``/tex/check``; KAlgebra's accessibility tree, its console and ``calgebra`` except a curve's colour;
 GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
 except tasks whose expected values are facts of ScienceBoard's real data sets
 (:func:`worker.tasks.adapters.grass.checkers.data_blocker`); ChimeraX, Lean and the other
@@ -74,15 +73,9 @@ def missing_pieces(task: TaskSpec) -> list[str]:
 
 
 def _kalgebra_unreadable(item: dict[str, Any]) -> str | None:
-    kind, key, value = item.get("type"), item.get("key"), item.get("value")
+    kind, value = item.get("type"), item.get("value")
     if kind == "eqn" and isinstance(value, dict) and "color" in value:
         return "a curve's colour is not in KAlgebra's accessibility tree"
-    if kind == "var" and value != "#UNDEF":
-        try:
-            float(str(value))
-        except ValueError:
-            return (f"var {key} = {value!r}: the Variables panel shows a number's real part "
-                    "only")
     return None
 
 

@@ -13,7 +13,9 @@ JSON object. Debian's KAlgebra (Qt 5) publishes, with ``QT_LINUX_ACCESSIBILITY_A
 * the 3D page's expression editor and its view (screen box), the status bar.
 
 ``python3 atspi_kalgebra.py COMMAND [ARG]`` with COMMAND one of ``state``, ``tab INDEX``,
-``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``. Every command waits on
+``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``, ``parts VARIABLE`` (the variable's real and
+imaginary parts, which the Calculator's console calculates into two new variables: the
+Variables panel shows a number's real part only). Every command waits on
 the tree (never a fixed delay) up to ``CODA_KALGEBRA_TIMEOUT_S`` (20) seconds and exits 0
 with ``{"ok": true, ...}`` or 2 with ``{"ok": false, "error": "..."}``.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -29,6 +32,7 @@ from typing import Any
 TAB_NAMES = ("Calculator", "2D Graph", "3D Graph", "Dictionary")
 RESOLUTIONS = ("Poor", "Normal", "Fine", "Very Fine")
 STYLES = ("Dots", "Lines", "Solid")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TIMEOUT_S = float(os.environ.get("CODA_KALGEBRA_TIMEOUT_S", "20"))
 
 
@@ -284,6 +288,29 @@ def cmd_add3d(k: KAlgebra, expr: str) -> dict[str, Any]:
     return {"input3d": text_of(editor), "status": k.status()}
 
 
+def cmd_parts(k: KAlgebra, variable: str) -> dict[str, Any]:
+    """The variable's real and imaginary parts as the Variables panel shows them, calculated by
+    KAlgebra's own console (``real``, ``imaginary``) into two variables named after no other."""
+    if IDENTIFIER.fullmatch(variable) is None:
+        raise Failure(f"{variable!r} is not a variable name")
+    known = dict(k.variables())
+    if variable not in known:
+        raise Failure(f"variable {variable} is not defined")
+    n = 0
+    while f"coda_re{n}" in known or f"coda_im{n}" in known:
+        n += 1
+    if k.current_tab() != 0:
+        cmd_tab(k, 0)
+    console = k.editor(k.pages()[0])
+    parts = []
+    for target, function in ((f"coda_re{n}", "real"), (f"coda_im{n}", "imaginary")):
+        k.set_text(console, f"{target}:={function}({variable})")
+        k.press_return(console)
+        parts.append(wait(lambda t=target: dict(k.variables()).get(t),
+                          f"{target} in the Variables panel"))
+    return {"parts": parts}
+
+
 def _menu_entry(k: KAlgebra, menu: str, item: str) -> Any:
     for acc in walk(k.main, max_depth=6):
         if role(acc) == "menu item" and name(acc) == menu and acc.get_child_count():
@@ -319,6 +346,8 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs in the guest's syst
             out = cmd_add3d(k, argv[1])
         elif command == "menu":
             out = cmd_menu(k, argv[1], argv[2])
+        elif command == "parts":
+            out = cmd_parts(k, argv[1])
         else:
             raise Failure(f"unknown command {command!r}")
     except Failure as exc:

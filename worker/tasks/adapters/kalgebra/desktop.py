@@ -11,10 +11,13 @@ accessibility tree, points calculated by ``calgebra`` (the same Analitza library
 * State read for the checkers: the Variables panel (name and value of every variable), the
   Functions panel (every 2D plot as the user typed it), the checked items of the 2D Graph menu
   (resolution) and 3D Graph menu (style), the 3D editor's text.
-* What the panels cannot show stays *unavailable*: a curve's colour; a number variable that a
-  ``var`` checker compares with non-number text (the panel shows a number's real part only, so
-  ``1+-i`` cannot be told from ``1``); the 3D surface unless re-plotting the 3D editor's text
-  leaves the 3D view exactly as it was (the editor may hold text that was never plotted).
+* A number variable that a ``var`` checker compares with non-number text (a complex value: the
+  panel shows a number's real part only, so ``1+-i`` cannot be told from ``1``): KAlgebra's
+  console calculates its real and imaginary parts into two new variables (the checker's only
+  mark on the session), Analitza writes the number they make.
+* What the panels cannot show stays *unavailable*: a curve's colour; the 3D surface unless
+  re-plotting the 3D editor's text leaves the 3D view exactly as it was (the editor may hold
+  text that was never plotted).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from decimal import Decimal
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -185,10 +189,27 @@ def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
         result = calculated(ctx, shown)
         return shown if result.startswith("Error:") else result
     if not is_number(expected):
-        raise CheckError(CheckStatus.UNAVAILABLE,
-                         f"{key} is a number in the Variables panel, which shows only a number's "
-                         f"real part: it cannot be compared with {expected!r}")
+        return complex_text(ctx, key)
     return number_text(float(shown))
+
+
+def complex_text(ctx: TaskContext, key: str) -> str:
+    """Analitza's text of a number variable whose imaginary part matters (the Variables panel
+    shows a number's real part only): KAlgebra's console calculates its real and imaginary
+    parts into two new variables, which the panel shows, and Analitza writes the number they
+    make (``1+-i``). The state the other checkers read was taken before."""
+    state(ctx)
+    real, imaginary = _check(helper, ctx, "parts", key)["parts"]
+    if not (is_number(real) and is_number(imaginary)):
+        raise CheckError(CheckStatus.UNAVAILABLE, f"{key}'s parts are not numbers: "
+                                                  f"{real!r}, {imaginary!r}")
+    return calculated(ctx, f"{positional(real)}+({positional(imaginary)})*i")
+
+
+def positional(number: str) -> str:
+    """A number's text without an exponent (the panel may write ``1e-05``; Analitza reads
+    digits and a point)."""
+    return format(Decimal(number), "f")
 
 
 def calculated(ctx: TaskContext, text: str) -> str:
