@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coda.actions import Hotkey, Press, TypeText
+from coda.actions import Action, DoubleClick, Hotkey, Press, TypeText, Wait
 from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
@@ -52,6 +52,26 @@ def ui(*commands: tuple[str, ...]) -> Solution:
     return solve
 
 
+def recolour(downs: int) -> Solution:
+    """Give the 2D plot the colour ``downs`` rows below the colour box's first entry (Custom...;
+    then white, three greys, black, ..., teal, navy, purple), as a user does: double-click the
+    plot in the Functions list (its Editing page opens on the plot's expression), Tab to the
+    colour box, open it, pick the colour, Shift+Tab back to the expression and Return (OK)."""
+    def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
+        row = kdesktop.helper(ctx, "colours")["rows"][0]["plot_box"]
+        steps: list[Action] = [
+            DoubleClick(x=row[0] + row[2] // 2, y=row[1] + row[3] // 2), Wait(seconds=1),
+            Press(key="tab"), Hotkey(keys=["alt", "down"]), Wait(seconds=1),
+            Press(key="home"), *[Press(key="down")] * downs, Press(key="enter"),
+            Wait(seconds=1), Hotkey(keys=["shift", "tab"]), Press(key="enter"),
+            Wait(seconds=1)]
+        for action in steps:
+            result = desktop.act(action)
+            assert result.ok, result.error
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
 def answer(text: str) -> Solution:
     def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
         return EpisodeEnd(kind="ANS", answer=text)
@@ -75,6 +95,8 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # plot x^2 in the 2D tab
     "B-01": (["eqn"], ui(("tab", "1"), ("add2d", "x->x^2")),
              ui(("tab", "1"), ("add2d", "x->x^3"))),
+    # the given curve (setup) in pure black; the wrong one navy
+    "B-04": (["eqn"], recolour(5), recolour(25)),
     # the given curve (setup) in Very Fine resolution
     "B-05": (["eqn"], ui(("menu", "2D Graph", "Very Fine")), ui(("menu", "2D Graph", "Fine"))),
     # a sphere of diameter 2*sqrt(2) in the 3D tab

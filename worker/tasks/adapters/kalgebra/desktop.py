@@ -15,9 +15,11 @@ accessibility tree, points calculated by ``calgebra`` (the same Analitza library
   panel shows a number's real part only, so ``1+-i`` cannot be told from ``1``): KAlgebra's
   console calculates its real and imaginary parts into two new variables (the checker's only
   mark on the session), Analitza writes the number they make.
-* What the panels cannot show stays *unavailable*: a curve's colour; the 3D surface unless
-  re-plotting the 3D editor's text leaves the 3D view exactly as it was (the editor may hold
-  text that was never plotted).
+* A 2D plot's colour (not in the tree): read from the pixels (:mod:`.colours`) of the
+  Functions list's colour squares and the 2D view, the 2D Graph tab and the list shown first.
+* What the panels cannot show stays *unavailable*: the 3D surface unless re-plotting the 3D
+  editor's text leaves the 3D view exactly as it was (the editor may hold text that was never
+  plotted).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from coda.contracts.desktop import CheckStatus, StepStatus
 from coda.logging import get_logger
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
-from worker.tasks.adapters.kalgebra import points
+from worker.tasks.adapters.kalgebra import colours, points
 from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 log = get_logger(__name__)
@@ -275,9 +277,6 @@ def parse_session(output: str, lines: list[str]) -> list[str]:
 def plots_2d(ctx: TaskContext, pts: list[list[Any]],
              wanted: dict[str, Any]) -> list[dict[str, Any]]:
     st = state(ctx)
-    if "color" in wanted:
-        raise CheckError(CheckStatus.UNAVAILABLE, "a curve's colour is not in KAlgebra's "
-                                                  "accessibility tree")
     blocks, plots = [], []
     for _, display in st["functions"]:
         try:
@@ -287,10 +286,14 @@ def plots_2d(ctx: TaskContext, pts: list[list[Any]],
         blocks.append((definition, [q.call for q in queries]))
         plots.append((display, queries))
     results = calculate(ctx, blocks) if pts and blocks else [[] for _ in blocks]
+    displays = [display for _, display in st["functions"]]
+    shades = plot_colours(ctx, displays) if "color" in wanted and displays else []
     out = []
-    for (display, queries), texts in zip(plots, results, strict=True):
+    for i, ((display, queries), texts) in enumerate(zip(plots, results, strict=True)):
         answer = points.answers(queries, texts)
         answer.update(expr=display, res=points.RESOLUTIONS.get(st.get("resolution") or "", 0))
+        if shades:
+            answer["color"] = shades[i]
         out.append(answer)
     return out
 
@@ -300,17 +303,45 @@ def _view(ctx: TaskContext, box: list[int]) -> Image.Image:
     the editor's tooltip can cover it)."""
     x, y, w, h = box
     area = (x, y, x + w, y + int(h * 0.85))
+    return _settled(ctx, area, "the 3D view").crop(area)
+
+
+def _screen(ctx: TaskContext) -> Image.Image:
+    return Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB")
+
+
+def _settled(ctx: TaskContext, area: tuple[int, int, int, int], what: str) -> Image.Image:
+    """The screen once ``area`` (left, top, right, bottom) has not changed for
+    ``VIEW_SETTLE_S``."""
     deadline = time.monotonic() + VIEW_TIMEOUT_S
-    last = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
+    last = _screen(ctx)
     since = time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.1)
-        now = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
-        if ImageChops.difference(now, last).getbbox() is not None:
+        now = _screen(ctx)
+        if ImageChops.difference(now.crop(area), last.crop(area)).getbbox() is not None:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= VIEW_SETTLE_S:
             return now
-    raise CheckError(CheckStatus.UNAVAILABLE, "the 3D view kept changing")
+    raise CheckError(CheckStatus.UNAVAILABLE, f"{what} kept changing")
+
+
+def plot_colours(ctx: TaskContext, displays: list[str]) -> list[str]:
+    """Each 2D plot's colour (``#rrggbb``), in the Functions list's order, read from KAlgebra's
+    pixels (:mod:`.colours`): the 2D Graph tab and the Functions list are shown first."""
+    shown = _check(helper, ctx, "colours")
+    rows, view = shown["rows"], shown["view"]
+    if [r["plot"] for r in rows] != displays:
+        raise CheckError(CheckStatus.UNAVAILABLE, "the Functions list changed while it was read")
+    boxes = [view] + [r["name_box"] for r in rows] + [r["plot_box"] for r in rows]
+    area = (min(b[0] for b in boxes), min(b[1] for b in boxes),
+            max(b[0] + b[2] for b in boxes), max(b[1] + b[3] for b in boxes))
+    image = _settled(ctx, area, "the 2D view and the Functions list")
+    try:
+        return [colours.hex_colour(colours.plot_colour(image, r["name_box"], r["plot_box"],
+                                                       r["selected"], view)) for r in rows]
+    except colours.Unreadable as exc:
+        raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
 
 
 def surface(ctx: TaskContext) -> str:
