@@ -1,8 +1,9 @@
 """ScienceBoard's KAlgebra tasks on Debian's KAlgebra in a local slot, judged by their own
-checkers read from the real application (its accessibility tree, ``calgebra``): for checker
-types ``val``, ``stop``, ``eqn`` (2D points, 2D resolution, 3D points, 3D style) a scripted right
-solution succeeds and a scripted wrong one fails. Solutions type into KAlgebra's console with
-keys sent through the guest agent, or use KAlgebra's own panels and menus through the tree."""
+checkers read from the real application (its accessibility tree, its console, ``calgebra``): for
+checker types ``val``, ``var``, ``stop``, ``eqn`` (2D points, 2D resolution, 3D points, 3D style)
+a scripted right solution succeeds and a scripted wrong one fails. Solutions type into KAlgebra's
+console with keys sent through the guest agent, or use KAlgebra's own panels and menus through the
+tree."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from coda.actions import Hotkey, Press, TypeText
+from coda.actions import Action, DoubleClick, Hotkey, Press, TypeText, Wait
 from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
@@ -51,6 +52,26 @@ def ui(*commands: tuple[str, ...]) -> Solution:
     return solve
 
 
+def recolour(downs: int) -> Solution:
+    """Give the 2D plot the colour ``downs`` rows below the colour box's first entry (Custom...;
+    then white, three greys, black, ..., teal, navy, purple), as a user does: double-click the
+    plot in the Functions list (its Editing page opens on the plot's expression), Tab to the
+    colour box, open it, pick the colour, Shift+Tab back to the expression and Return (OK)."""
+    def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
+        row = kdesktop.helper(ctx, "colours")["rows"][0]["plot_box"]
+        steps: list[Action] = [
+            DoubleClick(x=row[0] + row[2] // 2, y=row[1] + row[3] // 2), Wait(seconds=1),
+            Press(key="tab"), Hotkey(keys=["alt", "down"]), Wait(seconds=1),
+            Press(key="home"), *[Press(key="down")] * downs, Press(key="enter"),
+            Wait(seconds=1), Hotkey(keys=["shift", "tab"]), Press(key="enter"),
+            Wait(seconds=1)]
+        for action in steps:
+            result = desktop.act(action)
+            assert result.ok, result.error
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
 def answer(text: str) -> Solution:
     def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
         return EpisodeEnd(kind="ANS", answer=text)
@@ -59,6 +80,10 @@ def answer(text: str) -> Solution:
 
 # task: (checker types, right solution, wrong solution)
 CASES: dict[str, tuple[list[str], Solution, Solution]] = {
+    # the conjugate of 1+i into p (1+-i); the wrong one has the same real part, all the
+    # Variables panel shows of a number
+    "A-01": (["var"], console("p:=conjugate(1+i)", variable="p"),
+             console("p:=1+i", variable="p")),
     # log_2(3) into p
     "C-01": (["val"], console("p:=log(3)/log(2)", variable="p"),
              console("p:=log(2)/log(3)", variable="p")),
@@ -70,6 +95,8 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # plot x^2 in the 2D tab
     "B-01": (["eqn"], ui(("tab", "1"), ("add2d", "x->x^2")),
              ui(("tab", "1"), ("add2d", "x->x^3"))),
+    # the given curve (setup) in pure black; the wrong one navy
+    "B-04": (["eqn"], recolour(5), recolour(25)),
     # the given curve (setup) in Very Fine resolution
     "B-05": (["eqn"], ui(("menu", "2D Graph", "Very Fine")), ui(("menu", "2D Graph", "Fine"))),
     # a sphere of diameter 2*sqrt(2) in the 3D tab
@@ -103,13 +130,6 @@ def test_kalgebra_task_with_a_wrong_solution_fails(desktop: LocalDesktop, name: 
     outcome = _run(desktop, name, wrong)
     assert outcome.verdict is CheckVerdict.FAILURE, outcome
     assert any(r.status is CheckStatus.FAIL for r in outcome.results)
-
-
-def test_a_complex_variable_is_unavailable_not_guessed(desktop: LocalDesktop) -> None:
-    """A-01 wants p = ``1+-i``: the Variables panel shows a number's real part only."""
-    outcome = _run(desktop, "A-01", console("p:=conjugate(1+i)", variable="p"))
-    assert outcome.verdict is CheckVerdict.UNDECIDED, outcome
-    assert outcome.results[0].status is CheckStatus.UNAVAILABLE
 
 
 # (task, what is typed, the Variables panel's text, verdict): Debian's KAlgebra keeps a value

@@ -4,8 +4,7 @@ run here with a checker's verdict (the application installed, its state readable
 reason for each one that cannot.
 
 The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's files and
-``/tex/check``; KAlgebra's accessibility tree and ``calgebra`` except a curve's colour and a
-number variable compared with non-number text (a complex value: the panel shows its real part);
+``/tex/check``; KAlgebra's accessibility tree, its console, its pixels and ``calgebra``;
 GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
 except tasks whose expected values are facts of ScienceBoard's real data sets
 (:func:`worker.tasks.adapters.grass.checkers.data_blocker`); ChimeraX, Lean and the other
@@ -21,7 +20,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
@@ -71,22 +69,6 @@ def missing_pieces(task: TaskSpec) -> list[str]:
                 and kind not in GENERIC_CHECKERS):
             out.append(f"checker {kind!r}")
     return out
-
-
-def _kalgebra_unreadable(item: dict[str, Any]) -> str | None:
-    kind, key, value = item.get("type"), item.get("key"), item.get("value")
-    if kind == "eqn" and isinstance(value, dict) and "color" in value:
-        return "a curve's colour is not in KAlgebra's accessibility tree"
-    if kind == "var" and value != "#UNDEF":
-        try:
-            float(str(value))
-        except ValueError:
-            return (f"var {key} = {value!r}: the Variables panel shows a number's real part "
-                    "only")
-    return None
-
-
-UNREADABLE: dict[str, Callable[[dict[str, Any]], str | None]] = {"kalgebra": _kalgebra_unreadable}
 
 
 def _grass_blocker(task: TaskSpec) -> str | None:
@@ -147,11 +129,6 @@ def local_blocker(task: TaskSpec, which: Callable[[str], str | None] = shutil.wh
     for program in launched_programs(task):
         if which(program) is None:
             return f"its setup launches {program}, which is not on the local image"
-    rule = UNREADABLE.get(app)
-    for ev in task.evaluators:
-        reason = rule(ev.model_dump()) if rule is not None else None
-        if reason is not None:
-            return reason
     return None
 
 

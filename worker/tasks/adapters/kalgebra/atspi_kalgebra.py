@@ -13,7 +13,10 @@ JSON object. Debian's KAlgebra (Qt 5) publishes, with ``QT_LINUX_ACCESSIBILITY_A
 * the 3D page's expression editor and its view (screen box), the status bar.
 
 ``python3 atspi_kalgebra.py COMMAND [ARG]`` with COMMAND one of ``state``, ``tab INDEX``,
-``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``. Every command waits on
+``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``, ``colours`` (the 2D Graph tab and the
+Functions list shown, the screen boxes of the 2D view and of each list row), ``parts VARIABLE``
+(the variable's real and imaginary parts, which the Calculator's console calculates into two
+new variables: the Variables panel shows a number's real part only). Every command waits on
 the tree (never a fixed delay) up to ``CODA_KALGEBRA_TIMEOUT_S`` (20) seconds and exits 0
 with ``{"ok": true, ...}`` or 2 with ``{"ok": false, "error": "..."}``.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -29,6 +33,7 @@ from typing import Any
 TAB_NAMES = ("Calculator", "2D Graph", "3D Graph", "Dictionary")
 RESOLUTIONS = ("Poor", "Normal", "Fine", "Very Fine")
 STYLES = ("Dots", "Lines", "Solid")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TIMEOUT_S = float(os.environ.get("CODA_KALGEBRA_TIMEOUT_S", "20"))
 
 
@@ -144,6 +149,24 @@ class KAlgebra:
                 return [cells[i:i + 2] for i in range(0, len(cells) - 1, 2)]
         raise Failure(f"KAlgebra's {dock} list is not in the accessibility tree")
 
+    def box(self, acc: Any) -> list[int]:
+        e = self.Atspi.Component.get_extents(acc, self.Atspi.CoordType.SCREEN)
+        return [e.x, e.y, e.width, e.height]
+
+    def function_rows(self) -> list[dict[str, Any]]:
+        """Each row of the Functions list: its name and plot, the screen boxes of its two
+        cells, whether it is selected."""
+        frame = self.docks.get("Functions")
+        tree = next((acc for acc in walk(frame, max_depth=8) if role(acc) == "tree"), None) \
+            if frame is not None else None
+        if tree is None:
+            raise Failure("KAlgebra's Functions list is not in the accessibility tree")
+        cells = [c for c in children(tree) if role(c) == "table cell"]
+        return [{"name": name(a), "plot": name(b), "name_box": self.box(a),
+                 "plot_box": self.box(b), "selected": has_state(a, "selected"),
+                 "showing": has_state(a, "showing") and has_state(b, "showing")}
+                for a, b in zip(cells[::2], cells[1::2], strict=False)]
+
     def variables(self) -> list[list[str]]:
         return self._cells("Variables")
 
@@ -159,9 +182,16 @@ class KAlgebra:
 
     def view3d(self) -> list[int]:
         """Screen box (x, y, width, height) of the 3D view: the page's largest child."""
+        return self.view(2)
+
+    def view(self, page: int) -> list[int]:
+        """Screen box (x, y, width, height) of a graph page's view: its largest child (the 2D
+        page, which has none, is its view)."""
         Atspi = self.Atspi
         best: list[int] = [0, 0, 0, 0]
-        for c in children(self.pages()[2]):
+        if not children(self.pages()[page]):
+            return self.box(self.pages()[page])
+        for c in children(self.pages()[page]):
             if "Component" not in c.get_interfaces() or role(c) == "text":
                 continue
             e = Atspi.Component.get_extents(c, Atspi.CoordType.SCREEN)
@@ -284,6 +314,45 @@ def cmd_add3d(k: KAlgebra, expr: str) -> dict[str, Any]:
     return {"input3d": text_of(editor), "status": k.status()}
 
 
+def cmd_parts(k: KAlgebra, variable: str) -> dict[str, Any]:
+    """The variable's real and imaginary parts as the Variables panel shows them, calculated by
+    KAlgebra's own console (``real``, ``imaginary``) into two variables named after no other."""
+    if IDENTIFIER.fullmatch(variable) is None:
+        raise Failure(f"{variable!r} is not a variable name")
+    known = dict(k.variables())
+    if variable not in known:
+        raise Failure(f"variable {variable} is not defined")
+    n = 0
+    while f"coda_re{n}" in known or f"coda_im{n}" in known:
+        n += 1
+    if k.current_tab() != 0:
+        cmd_tab(k, 0)
+    console = k.editor(k.pages()[0])
+    parts = []
+    for target, function in ((f"coda_re{n}", "real"), (f"coda_im{n}", "imaginary")):
+        k.set_text(console, f"{target}:={function}({variable})")
+        k.press_return(console)
+        parts.append(wait(lambda t=target: dict(k.variables()).get(t),
+                          f"{target} in the Variables panel"))
+    return {"parts": parts}
+
+
+def cmd_colours(k: KAlgebra) -> dict[str, Any]:
+    """Show the 2D Graph tab and the Functions panel's list (a plot's colour is drawn there and
+    in the 2D view), then the screen boxes to read: the view and every row of the list."""
+    if k.current_tab() != 1:
+        cmd_tab(k, 1)
+    k.select_tab(k.functions_tabs(), 0)
+    def on_screen() -> dict[str, Any] | None:
+        rows = k.function_rows()
+        shown = all(r["showing"] and r["name_box"][2] * r["name_box"][3] > 0 for r in rows)
+        return {"rows": rows} if shown else None
+
+    rows = wait(on_screen, "the Functions list on the screen")["rows"]
+    view = wait(lambda: (b := k.view(1))[2] * b[3] > 0 and b, "the 2D view on the screen")
+    return {"rows": rows, "view": view}
+
+
 def _menu_entry(k: KAlgebra, menu: str, item: str) -> Any:
     for acc in walk(k.main, max_depth=6):
         if role(acc) == "menu item" and name(acc) == menu and acc.get_child_count():
@@ -319,6 +388,10 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs in the guest's syst
             out = cmd_add3d(k, argv[1])
         elif command == "menu":
             out = cmd_menu(k, argv[1], argv[2])
+        elif command == "colours":
+            out = cmd_colours(k)
+        elif command == "parts":
+            out = cmd_parts(k, argv[1])
         else:
             raise Failure(f"unknown command {command!r}")
     except Failure as exc:

@@ -11,10 +11,15 @@ accessibility tree, points calculated by ``calgebra`` (the same Analitza library
 * State read for the checkers: the Variables panel (name and value of every variable), the
   Functions panel (every 2D plot as the user typed it), the checked items of the 2D Graph menu
   (resolution) and 3D Graph menu (style), the 3D editor's text.
-* What the panels cannot show stays *unavailable*: a curve's colour; a number variable that a
-  ``var`` checker compares with non-number text (the panel shows a number's real part only, so
-  ``1+-i`` cannot be told from ``1``); the 3D surface unless re-plotting the 3D editor's text
-  leaves the 3D view exactly as it was (the editor may hold text that was never plotted).
+* A number variable that a ``var`` checker compares with non-number text (a complex value: the
+  panel shows a number's real part only, so ``1+-i`` cannot be told from ``1``): KAlgebra's
+  console calculates its real and imaginary parts into two new variables (the checker's only
+  mark on the session), Analitza writes the number they make.
+* A 2D plot's colour (not in the tree): read from the pixels (:mod:`.colours`) of the
+  Functions list's colour squares and the 2D view, the 2D Graph tab and the list shown first.
+* What the panels cannot show stays *unavailable*: the 3D surface unless re-plotting the 3D
+  editor's text leaves the 3D view exactly as it was (the editor may hold text that was never
+  plotted).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from decimal import Decimal
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -32,7 +38,7 @@ from coda.contracts.desktop import CheckStatus, StepStatus
 from coda.logging import get_logger
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
-from worker.tasks.adapters.kalgebra import points
+from worker.tasks.adapters.kalgebra import colours, points
 from worker.tasks.context import CheckError, StepError, TaskContext, params
 
 log = get_logger(__name__)
@@ -185,10 +191,27 @@ def var_text(ctx: TaskContext, key: str, expected: str) -> str | None:
         result = calculated(ctx, shown)
         return shown if result.startswith("Error:") else result
     if not is_number(expected):
-        raise CheckError(CheckStatus.UNAVAILABLE,
-                         f"{key} is a number in the Variables panel, which shows only a number's "
-                         f"real part: it cannot be compared with {expected!r}")
+        return complex_text(ctx, key)
     return number_text(float(shown))
+
+
+def complex_text(ctx: TaskContext, key: str) -> str:
+    """Analitza's text of a number variable whose imaginary part matters (the Variables panel
+    shows a number's real part only): KAlgebra's console calculates its real and imaginary
+    parts into two new variables, which the panel shows, and Analitza writes the number they
+    make (``1+-i``). The state the other checkers read was taken before."""
+    state(ctx)
+    real, imaginary = _check(helper, ctx, "parts", key)["parts"]
+    if not (is_number(real) and is_number(imaginary)):
+        raise CheckError(CheckStatus.UNAVAILABLE, f"{key}'s parts are not numbers: "
+                                                  f"{real!r}, {imaginary!r}")
+    return calculated(ctx, f"{positional(real)}+({positional(imaginary)})*i")
+
+
+def positional(number: str) -> str:
+    """A number's text without an exponent (the panel may write ``1e-05``; Analitza reads
+    digits and a point)."""
+    return format(Decimal(number), "f")
 
 
 def calculated(ctx: TaskContext, text: str) -> str:
@@ -254,9 +277,6 @@ def parse_session(output: str, lines: list[str]) -> list[str]:
 def plots_2d(ctx: TaskContext, pts: list[list[Any]],
              wanted: dict[str, Any]) -> list[dict[str, Any]]:
     st = state(ctx)
-    if "color" in wanted:
-        raise CheckError(CheckStatus.UNAVAILABLE, "a curve's colour is not in KAlgebra's "
-                                                  "accessibility tree")
     blocks, plots = [], []
     for _, display in st["functions"]:
         try:
@@ -266,10 +286,14 @@ def plots_2d(ctx: TaskContext, pts: list[list[Any]],
         blocks.append((definition, [q.call for q in queries]))
         plots.append((display, queries))
     results = calculate(ctx, blocks) if pts and blocks else [[] for _ in blocks]
+    displays = [display for _, display in st["functions"]]
+    shades = plot_colours(ctx, displays) if "color" in wanted and displays else []
     out = []
-    for (display, queries), texts in zip(plots, results, strict=True):
+    for i, ((display, queries), texts) in enumerate(zip(plots, results, strict=True)):
         answer = points.answers(queries, texts)
         answer.update(expr=display, res=points.RESOLUTIONS.get(st.get("resolution") or "", 0))
+        if shades:
+            answer["color"] = shades[i]
         out.append(answer)
     return out
 
@@ -279,17 +303,45 @@ def _view(ctx: TaskContext, box: list[int]) -> Image.Image:
     the editor's tooltip can cover it)."""
     x, y, w, h = box
     area = (x, y, x + w, y + int(h * 0.85))
+    return _settled(ctx, area, "the 3D view").crop(area)
+
+
+def _screen(ctx: TaskContext) -> Image.Image:
+    return Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB")
+
+
+def _settled(ctx: TaskContext, area: tuple[int, int, int, int], what: str) -> Image.Image:
+    """The screen once ``area`` (left, top, right, bottom) has not changed for
+    ``VIEW_SETTLE_S``."""
     deadline = time.monotonic() + VIEW_TIMEOUT_S
-    last = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
+    last = _screen(ctx)
     since = time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.1)
-        now = Image.open(BytesIO(ctx.guest.screenshot())).convert("RGB").crop(area)
-        if ImageChops.difference(now, last).getbbox() is not None:
+        now = _screen(ctx)
+        if ImageChops.difference(now.crop(area), last.crop(area)).getbbox() is not None:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= VIEW_SETTLE_S:
             return now
-    raise CheckError(CheckStatus.UNAVAILABLE, "the 3D view kept changing")
+    raise CheckError(CheckStatus.UNAVAILABLE, f"{what} kept changing")
+
+
+def plot_colours(ctx: TaskContext, displays: list[str]) -> list[str]:
+    """Each 2D plot's colour (``#rrggbb``), in the Functions list's order, read from KAlgebra's
+    pixels (:mod:`.colours`): the 2D Graph tab and the Functions list are shown first."""
+    shown = _check(helper, ctx, "colours")
+    rows, view = shown["rows"], shown["view"]
+    if [r["plot"] for r in rows] != displays:
+        raise CheckError(CheckStatus.UNAVAILABLE, "the Functions list changed while it was read")
+    boxes = [view] + [r["name_box"] for r in rows] + [r["plot_box"] for r in rows]
+    area = (min(b[0] for b in boxes), min(b[1] for b in boxes),
+            max(b[0] + b[2] for b in boxes), max(b[1] + b[3] for b in boxes))
+    image = _settled(ctx, area, "the 2D view and the Functions list")
+    try:
+        return [colours.hex_colour(colours.plot_colour(image, r["name_box"], r["plot_box"],
+                                                       r["selected"], view)) for r in rows]
+    except colours.Unreadable as exc:
+        raise CheckError(CheckStatus.UNAVAILABLE, str(exc)) from exc
 
 
 def surface(ctx: TaskContext) -> str:
