@@ -2,8 +2,10 @@
 agent to Celestia's 3D view as a user types them (Celestia's own keyboard commands: Enter, a
 name and Enter selects an object, G goes to it, C centres it, K / Shift+K slow time by 10 / 2,
 Space pauses, R / Shift+R change the texture resolution, Ctrl+S cycles the star style, / and
-Ctrl+B toggle the constellation figures and boundaries; an object's context menu, by its
-mnemonics, shows reference marks), each done when Celestia's state dump shows it."""
+Ctrl+B toggle the constellation figures and boundaries, O shows orbits, B star labels, ] and [
+move the auto magnitude limit; an object's context menu, by its mnemonics, shows reference
+marks; File > Preferences (Alt+F, P) is worked by the keyboard: Ctrl+Tab to its tab, Tab to a
+check box, Space), each done when Celestia's state dump shows it."""
 
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def keys(*actions: Any, done: Callable[[dict[str, Any]], bool], what: str) -> So
     """Send ``actions``; done when ``done(dump)`` holds."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         act(desktop, *actions)
-        wait_for(lambda: done(state(ctx)), what, WAIT_S)
+        shows(ctx, done, what)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -149,6 +151,40 @@ def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
     return solve
 
 
+PREFERENCES = "Preferences"
+
+
+def dialog_open(ctx: TaskContext, title: str) -> bool:
+    return any(w.title.strip() == title for w in ctx.guest.windows() or [])
+
+
+def shows(ctx: TaskContext, done: Callable[[dict[str, Any]], bool], what: str) -> None:
+    wait_for(lambda: done(state(ctx)), what, WAIT_S)
+
+
+def preferences(tab: int, *toggles: tuple[int, Callable[[dict[str, Any]], bool], str]
+                ) -> Solution:
+    """File > Preferences (Alt+F, then its mnemonic P), Ctrl+Tab ``tab`` times from its first
+    tab (the dialog opens with the focus on its tab bar), then for each ``(n, done, what)``
+    Tab to the page's ``n``-th check box (its focus order, the order on screen) and Space;
+    the dialog applies each at once, so each is done when ``done(dump)`` holds. Escape closes
+    the dialog."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        act(desktop, Hotkey(keys=["alt", "f"]), TypeText(text="p"))
+        wait_for(lambda: dialog_open(ctx, PREFERENCES), "the Preferences dialog", WAIT_S)
+        act(desktop, *[Hotkey(keys=["ctrl", "tab"])] * tab)
+        at = 0
+        for n, done, what in toggles:
+            act(desktop, *[Press(key="tab")] * (n - at), Press(key="space"))
+            at = n
+            shows(ctx, done, what)
+        act(desktop, Press(key="escape"))
+        wait_for(lambda: not dialog_open(ctx, PREFERENCES), "the Preferences dialog closed",
+                 WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
 def then(*solutions: Solution) -> Solution:
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         end = EpisodeEnd(kind="DONE")
@@ -178,6 +214,20 @@ def render(flag: str) -> Callable[[dict[str, Any]], bool]:
     return lambda d: bool(d["config"]["render"][flag])
 
 
+def config(group: str, flag: str, value: bool = True) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: d["config"][group][flag] is value
+
+
+def auto_magnitude(value: float) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: abs(d["config"]["autoMagnitude"] - value) < 0.01
+
+
+# Preferences: tabs from the first, and check boxes in their page's focus order
+GUIDES, LABELS = 1, 2
+DWARF_PLANET_ORBITS, MOON_ORBITS = 6, 7  # Show orbits, Fading, Partial, Stars, Planets, ...
+OPEN_CLUSTER_LABELS = 11  # Stars, Planets, ... Galaxies, Nebulae, Open clusters
+
+
 # task: (checker families, wrong solution, right solution)
 CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # time scale 0.05 (time); wrong: 10x slower only
@@ -196,6 +246,22 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # texture resolution high (2); wrong: low (0)
     "A-08": (["info"], keys_until("r", lambda d: d["config"]["resolution"] == 0, "low res"),
              keys_until("R", lambda d: d["config"]["resolution"] == 2, "high res")),
+    # orbits of dwarf planets, not moons (orbit flags); wrong: O shows orbits (planets, moons
+    # and stars by default), and Preferences > Guides adds the dwarf planets' but keeps moons'
+    "A-05": (["info"], then(keys(TypeText(text="O"), done=render("orbits"), what="orbits"),
+                            preferences(GUIDES, (DWARF_PLANET_ORBITS,
+                                                 config("orbit", "dwarfPlanet"),
+                                                 "dwarf planets' orbits"))),
+             preferences(GUIDES, (MOON_ORBITS, config("orbit", "moon", False),
+                                  "no moons' orbits"))),
+    # auto magnitude 9.0 at 45 degrees, star and open cluster labels (label flags, auto
+    # magnitude); wrong: ] up to 9.0 and B's star labels only
+    "A-06": (["info"], then(keys_until("]", auto_magnitude(9.0), "auto magnitude 9.0",
+                                       most=40),
+                            keys(TypeText(text="B"), done=config("label", "star"),
+                                 what="star labels")),
+             preferences(LABELS, (OPEN_CLUSTER_LABELS, config("label", "openCluster"),
+                                  "open cluster labels"))),
     # go to Neptune (entity distance); wrong: Uranus
     "B-02": (["info"], go_to("Uranus"), go_to("Neptune")),
     # near Callisto, Jupiter in view (distance, visibility); wrong: near Ganymede
