@@ -4,7 +4,8 @@ name and Enter selects an object, G goes to it, C centres it, K / Shift+K slow t
 Space pauses, R / Shift+R change the texture resolution, Ctrl+S cycles the star style, / and
 Ctrl+B toggle the constellation figures and boundaries, O shows orbits, B star labels, ] and [
 move the auto magnitude limit; an object's context menu, by its mnemonics, shows reference
-marks; File > Preferences (Alt+F, P) is worked by the keyboard: Ctrl+Tab to its tab, Tab to a
+marks and, by Down to its Visible, hides it; Time > Set time takes a Julian date; File >
+Preferences (Alt+F, P) is worked by the keyboard: Ctrl+Tab to its tab, Tab to a
 check box, Space), each done when Celestia's state dump shows it."""
 
 from __future__ import annotations
@@ -140,11 +141,7 @@ def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
     right of the Celestial Browser, so two thirds across the window), then its context menu's
     Reference Marks submenu (R) and the mark's mnemonic; done when the dump shows the mark."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        window = app.main_window(ctx)
-        assert window is not None, "no Celestia main window"
-        act(desktop, RightClick(x=window.x + window.width * 2 // 3,
-                                y=window.y + window.height // 2),
-            TypeText(text=f"r{mnemonic}"))
+        act(desktop, view_middle(ctx), TypeText(text=f"r{mnemonic}"))
         wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["mark"][mark],
                  f"{name}'s {mark} shown", WAIT_S)
         return EpisodeEnd(kind="DONE")
@@ -181,6 +178,51 @@ def preferences(tab: int, *toggles: tuple[int, Callable[[dict[str, Any]], bool],
         act(desktop, Press(key="escape"))
         wait_for(lambda: not dialog_open(ctx, PREFERENCES), "the Preferences dialog closed",
                  WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def view_middle(ctx: TaskContext) -> RightClick:
+    """A right click on the object a goto leaves in the middle of the 3D view (right of the
+    Celestial Browser: two thirds across the window)."""
+    window = app.main_window(ctx)
+    assert window is not None, "no Celestia main window"
+    return RightClick(x=window.x + window.width * 2 // 3, y=window.y + window.height // 2)
+
+
+# a planet's context menu: its name, then Select, Center, Goto, Follow, Sync Orbit, Info,
+# Visible (no mnemonic: reached by Down from the top)
+VISIBLE_ITEM = 8
+
+
+def hide(name: str) -> Solution:
+    """Go to ``name``, right-click it, and its context menu's Visible (Down to it, Enter);
+    done when the dump says it is hidden."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        go_to(name)(desktop, ctx)
+        act(desktop, view_middle(ctx), *[Press(key="down")] * VISIBLE_ITEM,
+            Press(key="enter"))
+        wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["hidden"], f"{name} hidden",
+                 WAIT_S)
+        return EpisodeEnd(kind="DONE")
+
+    return solve
+
+
+SET_TIME = "Set Time"
+JULIAN_DATE_FIELD = 7  # Time Zone, year, month, day, hours, minutes, seconds, Julian Date
+
+
+def julian_date(value: float) -> Solution:
+    """Time > Set time (Alt+T, T), Tab to its Julian Date field, select it, type ``value``,
+    Enter (OK); done when the dump's time is ``value``."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        act(desktop, Hotkey(keys=["alt", "t"]), TypeText(text="t"))
+        wait_for(lambda: dialog_open(ctx, SET_TIME), "the Set Time dialog", WAIT_S)
+        act(desktop, *[Press(key="tab")] * JULIAN_DATE_FIELD, Hotkey(keys=["ctrl", "a"]),
+            TypeText(text=f"{value}"), Press(key="enter"))
+        wait_for(lambda: not dialog_open(ctx, SET_TIME), "the Set Time dialog closed", WAIT_S)
+        shows(ctx, lambda d: abs(d["time"]["value"] - value) < 0.01, f"Julian date {value}")
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -262,6 +304,10 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
                                  what="star labels")),
              preferences(LABELS, (OPEN_CLUSTER_LABELS, config("label", "openCluster"),
                                   "open cluster labels"))),
+    # Mercury hidden (entity visibility flag); wrong: Venus hidden
+    "B-01": (["info"], hide("Venus"), hide("Mercury")),
+    # Julian date 2400000 (time); wrong: a day later
+    "A-01": (["info"], julian_date(2400001), julian_date(2400000)),
     # go to Neptune (entity distance); wrong: Uranus
     "B-02": (["info"], go_to("Uranus"), go_to("Neptune")),
     # near Callisto, Jupiter in view (distance, visibility); wrong: near Ganymede
