@@ -24,7 +24,8 @@ from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
 from worker.providers.image import celestia as build
 from worker.tasks import TaskContext, run_checkers, run_setup
-from worker.tasks.adapters.celestia import app, near_and_still
+from worker.tasks.adapters.celestia import app
+from worker.tasks.adapters.celestia.adapter import near_and_still
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "Celestia"
 WAIT_S = 90.0
