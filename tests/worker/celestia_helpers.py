@@ -2,8 +2,11 @@
 agent to Celestia's 3D view as a user types them (Celestia's own keyboard commands: Enter, a
 name and Enter selects an object, G goes to it, C centres it, K / Shift+K slow time by 10 / 2,
 Space pauses, R / Shift+R change the texture resolution, Ctrl+S cycles the star style, / and
-Ctrl+B toggle the constellation figures and boundaries; an object's context menu, by its
-mnemonics, shows reference marks), each done when Celestia's state dump shows it."""
+Ctrl+B toggle the constellation figures and boundaries, O shows orbits, B star labels, ] and [
+move the auto magnitude limit; an object's context menu, by its mnemonics, shows reference
+marks and, by Down to its Visible, hides it; Time > Set time takes a Julian date; File >
+Preferences (Alt+F, P) is worked by the keyboard: Ctrl+Tab to its tab, Tab to a
+check box, Space), each done when Celestia's state dump shows it."""
 
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
 from worker.providers.image import celestia as build
 from worker.tasks import TaskContext, run_checkers, run_setup
-from worker.tasks.adapters.celestia import app, near_and_still
+from worker.tasks.adapters.celestia import app
+from worker.tasks.adapters.celestia.adapter import near_and_still
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "Celestia"
 WAIT_S = 90.0
@@ -84,7 +88,7 @@ def keys(*actions: Any, done: Callable[[dict[str, Any]], bool], what: str) -> So
     """Send ``actions``; done when ``done(dump)`` holds."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         act(desktop, *actions)
-        wait_for(lambda: done(state(ctx)), what, WAIT_S)
+        shows(ctx, done, what)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -138,13 +142,88 @@ def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
     right of the Celestial Browser, so two thirds across the window), then its context menu's
     Reference Marks submenu (R) and the mark's mnemonic; done when the dump shows the mark."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        window = app.main_window(ctx)
-        assert window is not None, "no Celestia main window"
-        act(desktop, RightClick(x=window.x + window.width * 2 // 3,
-                                y=window.y + window.height // 2),
-            TypeText(text=f"r{mnemonic}"))
+        act(desktop, view_middle(ctx), TypeText(text=f"r{mnemonic}"))
         wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["mark"][mark],
                  f"{name}'s {mark} shown", WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+PREFERENCES = "Preferences"
+
+
+def dialog_open(ctx: TaskContext, title: str) -> bool:
+    return any(w.title.strip() == title for w in ctx.guest.windows() or [])
+
+
+def shows(ctx: TaskContext, done: Callable[[dict[str, Any]], bool], what: str) -> None:
+    wait_for(lambda: done(state(ctx)), what, WAIT_S)
+
+
+def preferences(tab: int, *toggles: tuple[int, Callable[[dict[str, Any]], bool], str]
+                ) -> Solution:
+    """File > Preferences (Alt+F, then its mnemonic P), Ctrl+Tab ``tab`` times from its first
+    tab (the dialog opens with the focus on its tab bar), then for each ``(n, done, what)``
+    Tab to the page's ``n``-th check box (its focus order, the order on screen) and Space;
+    the dialog applies each at once, so each is done when ``done(dump)`` holds. Escape closes
+    the dialog."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        act(desktop, Hotkey(keys=["alt", "f"]), TypeText(text="p"))
+        wait_for(lambda: dialog_open(ctx, PREFERENCES), "the Preferences dialog", WAIT_S)
+        act(desktop, *[Hotkey(keys=["ctrl", "tab"])] * tab)
+        at = 0
+        for n, done, what in toggles:
+            act(desktop, *[Press(key="tab")] * (n - at), Press(key="space"))
+            at = n
+            shows(ctx, done, what)
+        act(desktop, Press(key="escape"))
+        wait_for(lambda: not dialog_open(ctx, PREFERENCES), "the Preferences dialog closed",
+                 WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def view_middle(ctx: TaskContext) -> RightClick:
+    """A right click on the object a goto leaves in the middle of the 3D view (right of the
+    Celestial Browser: two thirds across the window)."""
+    window = app.main_window(ctx)
+    assert window is not None, "no Celestia main window"
+    return RightClick(x=window.x + window.width * 2 // 3, y=window.y + window.height // 2)
+
+
+# a planet's context menu: its name, then Select, Center, Goto, Follow, Sync Orbit, Info,
+# Visible (no mnemonic: reached by Down from the top)
+VISIBLE_ITEM = 8
+
+
+def hide(name: str) -> Solution:
+    """Go to ``name``, right-click it, and its context menu's Visible (Down to it, Enter);
+    done when the dump says it is hidden."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        go_to(name)(desktop, ctx)
+        act(desktop, view_middle(ctx), *[Press(key="down")] * VISIBLE_ITEM,
+            Press(key="enter"))
+        wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["hidden"], f"{name} hidden",
+                 WAIT_S)
+        return EpisodeEnd(kind="DONE")
+
+    return solve
+
+
+SET_TIME = "Set Time"
+JULIAN_DATE_FIELD = 7  # Time Zone, year, month, day, hours, minutes, seconds, Julian Date
+
+
+def julian_date(value: float) -> Solution:
+    """Time > Set time (Alt+T, T), Tab to its Julian Date field, select it, type ``value``,
+    Enter (OK); done when the dump's time is ``value``."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        act(desktop, Hotkey(keys=["alt", "t"]), TypeText(text="t"))
+        wait_for(lambda: dialog_open(ctx, SET_TIME), "the Set Time dialog", WAIT_S)
+        act(desktop, *[Press(key="tab")] * JULIAN_DATE_FIELD, Hotkey(keys=["ctrl", "a"]),
+            TypeText(text=f"{value}"), Press(key="enter"))
+        wait_for(lambda: not dialog_open(ctx, SET_TIME), "the Set Time dialog closed", WAIT_S)
+        shows(ctx, lambda d: abs(d["time"]["value"] - value) < 0.01, f"Julian date {value}")
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -178,6 +257,20 @@ def render(flag: str) -> Callable[[dict[str, Any]], bool]:
     return lambda d: bool(d["config"]["render"][flag])
 
 
+def config(group: str, flag: str, value: bool = True) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: d["config"][group][flag] is value
+
+
+def auto_magnitude(value: float) -> Callable[[dict[str, Any]], bool]:
+    return lambda d: abs(d["config"]["autoMagnitude"] - value) < 0.01
+
+
+# Preferences: tabs from the first, and check boxes in their page's focus order
+GUIDES, LABELS = 1, 2
+DWARF_PLANET_ORBITS, MOON_ORBITS = 6, 7  # Show orbits, Fading, Partial, Stars, Planets, ...
+OPEN_CLUSTER_LABELS = 11  # Stars, Planets, ... Galaxies, Nebulae, Open clusters
+
+
 # task: (checker families, wrong solution, right solution)
 CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # time scale 0.05 (time); wrong: 10x slower only
@@ -196,6 +289,26 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # texture resolution high (2); wrong: low (0)
     "A-08": (["info"], keys_until("r", lambda d: d["config"]["resolution"] == 0, "low res"),
              keys_until("R", lambda d: d["config"]["resolution"] == 2, "high res")),
+    # orbits of dwarf planets, not moons (orbit flags); wrong: O shows orbits (planets, moons
+    # and stars by default), and Preferences > Guides adds the dwarf planets' but keeps moons'
+    "A-05": (["info"], then(keys(TypeText(text="O"), done=render("orbits"), what="orbits"),
+                            preferences(GUIDES, (DWARF_PLANET_ORBITS,
+                                                 config("orbit", "dwarfPlanet"),
+                                                 "dwarf planets' orbits"))),
+             preferences(GUIDES, (MOON_ORBITS, config("orbit", "moon", False),
+                                  "no moons' orbits"))),
+    # auto magnitude 9.0 at 45 degrees, star and open cluster labels (label flags, auto
+    # magnitude); wrong: ] up to 9.0 and B's star labels only
+    "A-06": (["info"], then(keys_until("]", auto_magnitude(9.0), "auto magnitude 9.0",
+                                       most=40),
+                            keys(TypeText(text="B"), done=config("label", "star"),
+                                 what="star labels")),
+             preferences(LABELS, (OPEN_CLUSTER_LABELS, config("label", "openCluster"),
+                                  "open cluster labels"))),
+    # Mercury hidden (entity visibility flag); wrong: Venus hidden
+    "B-01": (["info"], hide("Venus"), hide("Mercury")),
+    # Julian date 2400000 (time); wrong: a day later
+    "A-01": (["info"], julian_date(2400001), julian_date(2400000)),
     # go to Neptune (entity distance); wrong: Uranus
     "B-02": (["info"], go_to("Uranus"), go_to("Neptune")),
     # near Callisto, Jupiter in view (distance, visibility); wrong: near Ganymede

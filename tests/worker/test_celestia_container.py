@@ -1,11 +1,12 @@
 """ScienceBoard's Celestia tasks in a desktop container (image coda-desktop: the host's build of
 ScienceBoard's Celestia fork, ``scripts/celestia.sh``, copied in by ``scripts/docker-build.sh``;
-never compiled inside the image build). The twelve tasks the local tests solve (time, render
-flags, star style, texture resolution, entity distance, visibility, reference marks, pause,
-answers) set up from their task files: a scripted wrong solution fails, then a right one
-succeeds, judged by their own checkers over Celestia's dump read inside the container through
-the agent's ``/coda/celestia`` (no port of Celestia is published). The solutions are the local
-tests' (celestia_helpers), sent through the container's guest agent (about 3.5 minutes).
+never compiled inside the image build). The tasks the local tests solve (time, Julian date,
+render, label and orbit flags, auto magnitude, star style, texture resolution, entity distance,
+visibility, hiding, reference marks, pause, answers) set up from their task files: a scripted
+wrong solution fails, then a right one succeeds, judged by their own checkers over Celestia's
+dump read inside the container through the agent's ``/coda/celestia`` (no port of Celestia is
+published). The solutions are the local tests' (celestia_helpers), sent through the
+container's guest agent (about 4 minutes).
 Without a Celestia build on the host the image holds none and these tests skip (CI=true: they
 fail)."""
 

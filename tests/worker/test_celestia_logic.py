@@ -9,7 +9,8 @@ from pathlib import Path
 from coda.contracts.desktop import WindowInfo
 from coda.tasks import load_task_file
 from worker.providers.image import celestia as build
-from worker.tasks.adapters.celestia import app, data_blocker, query
+from worker.tasks.adapters.celestia import app
+from worker.tasks.adapters.celestia.adapter import data_blocker, query
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "Celestia"
 

@@ -2,8 +2,9 @@
 (``scripts/celestia.sh``) in a local slot, set up from their task files and judged by their
 own checkers over Celestia's state dump (read through the guest agent). For each task a
 scripted wrong solution fails, then a right one (done on top of it, in the same Celestia)
-succeeds. Solutions are Celestia's keyboard commands sent through the guest agent as a user
-types them (see celestia_helpers), each done when the dump shows its effect."""
+succeeds. Solutions are Celestia's keyboard commands, context menus and its Preferences dialog
+worked through the guest agent as a user would (see celestia_helpers), each done when the
+dump shows its effect."""
 
 from __future__ import annotations
 

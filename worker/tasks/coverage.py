@@ -11,7 +11,7 @@ except tasks whose expected values are facts of ScienceBoard's real data sets
 applications need ScienceBoard's images (ChimeraX is not in Debian, Lean needs their Lean
 project); Celestia is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its
 answer tasks counted where this build's data gives the expected answer
-(:func:`worker.tasks.adapters.celestia.data_blocker`).
+(:func:`worker.tasks.adapters.celestia.adapter.data_blocker`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from coda.tasks import TaskFormat, TaskSpec, load_task_file
 from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.providers.image import celestia as celestia_build
 from worker.tasks.adapters import app_checker, app_step
-from worker.tasks.adapters.celestia import data_blocker as celestia_data_blocker
+from worker.tasks.adapters.celestia.adapter import data_blocker as celestia_data_blocker
 from worker.tasks.adapters.grass.adapter import GRASS
 from worker.tasks.adapters.grass.checkers import data_blocker
 from worker.tasks.adapters.grass.steps import FALLBACK_TERMINAL, TERMINAL

@@ -5,7 +5,7 @@ the task's own application first, then ``<app>_<name>`` steps of another applica
 from __future__ import annotations
 
 from worker.tasks.adapters.base import AppAdapter, CheckHandler, StepHandler
-from worker.tasks.adapters.celestia import CELESTIA
+from worker.tasks.adapters.celestia.adapter import CELESTIA
 from worker.tasks.adapters.chimerax import CHIMERAX
 from worker.tasks.adapters.grass.adapter import GRASS
 from worker.tasks.adapters.kalgebra.adapter import KALGEBRA
