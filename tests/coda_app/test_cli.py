@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -121,6 +122,8 @@ def test_up_runs_embedded_stops_on_ctrl_c_and_keeps_data():
 def _up_embedded(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     port = free_port()
+    lines: dict[int, list[str]] = {}  # each process' output so far, read as it comes
+    readers: dict[int, threading.Thread] = {}
 
     def start(*demo: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([*CODA, "up", "--home", str(home), "--port", str(port),
@@ -128,25 +131,34 @@ def _up_embedded(home: Path) -> None:
                                 env=env,
                                 text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        read = lines.setdefault(proc.pid, [])
+        pipe = proc.stdout
+        assert pipe is not None
+        readers[proc.pid] = threading.Thread(
+            target=lambda: read.extend(iter(pipe.readline, "")), daemon=True)
+        readers[proc.pid].start()
 
         def demo_submitted() -> bool:
             resp = httpx.get(f"http://127.0.0.1:{port}/v1/batches", timeout=2)
             return resp.status_code == 200 and bool(resp.json()["total"])
 
-        def output() -> str:  # once it ended (a running process' pipe would block)
-            return proc.stdout.read() if proc.stdout and proc.poll() is not None else ""
-
         try:
             wait_for(demo_submitted, "coda up with its demo batch", 120, interval=0.3,
-                     gone=exited(proc, "coda up"), logs=output)
+                     gone=exited(proc, "coda up"), logs=lambda: "".join(read))
         except AssertionError:
             proc.kill()
             raise
         return proc
 
+    def said(proc: subprocess.Popen[str], text: str) -> None:
+        wait_for(lambda: text in "".join(lines[proc.pid]), f"coda up saying {text!r}", 60,
+                 interval=0.2, gone=exited(proc, "coda up"), logs=lambda: "".join(lines[proc.pid]))
+
     def ctrl_c(proc: subprocess.Popen[str]) -> str:
         proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        readers[proc.pid].join(timeout=30)  # the pipe's end: every line read
+        output = "".join(lines[proc.pid])
         assert proc.returncode == 0, output
         return output
 
@@ -162,7 +174,8 @@ def _up_embedded(home: Path) -> None:
     proc = start("--demo")  # a second start keeps the data
     again = httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()
     assert again["total"] == 1 and again["items"][0]["id"] == batch["id"]
-    assert "already submitted" in ctrl_c(proc)
+    said(proc, "already submitted")  # the demo step runs once the master listens
+    ctrl_c(proc)
     proc = start()  # --master-only without --demo: no demo batch is queued, nor looked for
     assert httpx.get(f"http://127.0.0.1:{port}/v1/batches").json()["total"] == 1
     # supervision: the embedded stores killed outright are started again on their ports
