@@ -4,6 +4,7 @@ prompt, the layer tree's items, the map window), each done when the GUI's state 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,25 @@ def rename_layer(name: str) -> Solution:
     return solve
 
 
+RECLICK_S = 5.0  # no menu after this long: the right-click is sent again
+
+
 def menu_item(desktop: Desktop, ctx: TaskContext, at: Click, presses: int) -> None:
     """Right-click at ``at``, and once the context menu is up (the GUI reports it), choose
-    its ``presses``-th item with the keyboard; done when the menu is gone."""
-    act(desktop, RightClick(x=at.x, y=at.y))
-    wait_for(lambda: gui.call(ctx, GrassOp.RECTS)["menu_open"], "the context menu", WAIT_S)
+    its ``presses``-th item with the keyboard; done when the menu is gone. A busy GUI (a
+    render under way on a loaded machine) can drop the right-click: while no menu is up, it
+    is sent again every few seconds, as a user would."""
+    sent = [0.0]
+
+    def menu_up() -> bool:
+        if gui.call(ctx, GrassOp.RECTS)["menu_open"]:
+            return True
+        if time.monotonic() - sent[0] > RECLICK_S:
+            act(desktop, RightClick(x=at.x, y=at.y))
+            sent[0] = time.monotonic()
+        return False
+
+    wait_for(menu_up, "the context menu", WAIT_S)
     act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
     wait_for(lambda: not gui.call(ctx, GrassOp.RECTS)["menu_open"], "the context menu closed",
              WAIT_S)
