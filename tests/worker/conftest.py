@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from coda_app.services import ServiceProcess, running_services
 from tests.fixtures.master import REPLAYS, MasterProcess
-from tests.fixtures.services import Store, executor_settings, planner_settings
+from tests.fixtures.services import Store, running_replays
 from worker.providers.local import LocalDesktop, LocalProvider
 
 
@@ -37,15 +36,9 @@ def replay_services(service_store: Store, tmp_path_factory: pytest.TempPathFacto
     """Planner and executor services answering from the recorded outputs of the demo tasks
     (TeXstudio C-02, KAlgebra C-01, GRASS GIS A-03), as ``coda up --models replay`` serves
     them."""
-    work = tmp_path_factory.mktemp("replay-services")
-    planner = ServiceProcess.of("planner", planner_settings(
-        REPLAYS / "demo.planner.json", service_store, work, backend="replay"),
-        work / "planner.log")
-    executor = ServiceProcess.of("executor", executor_settings(
-        REPLAYS / "demo.executor.json", service_store, backend="replay"),
-        work / "executor.log")
-    with running_services(planner, executor):
-        yield planner.url, executor.url
+    with running_replays(REPLAYS / "demo", service_store,
+                         tmp_path_factory.mktemp("replay-services")) as urls:
+        yield urls
 
 
 @pytest.fixture

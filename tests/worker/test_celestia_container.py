@@ -12,15 +12,14 @@ fail)."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from worker.providers.docker import DockerProvider, DockerSettings
-from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
+from tests.fixtures.docker import container_desktop
+from worker.providers.docker_desktop import ContainerDesktop
 from worker.providers.image import celestia as build
 
 from .celestia_helpers import CASES, require_image_build, setup_task, wrong_then_right
@@ -33,16 +32,8 @@ TASKS = tuple(sorted(CASES))
 @pytest.fixture(scope="module")
 def desktop(docker_client: Any, desktop_image: str) -> Iterator[ContainerDesktop]:
     require_image_build()
-    prefix = f"coda-celestia-{secrets.token_hex(3)}"
-    try:
-        with DockerProvider(DockerSettings(name_prefix=prefix, ready_timeout_s=60)) as provider:
-            d = provider.desktop(0)
-            assert isinstance(d, ContainerDesktop)
-            yield d
-    finally:
-        for c in docker_client.containers.list(all=True,
-                                               filters={"label": f"{PREFIX_LABEL}={prefix}"}):
-            c.remove(force=True)
+    with container_desktop(docker_client, "celestia") as d:
+        yield d
 
 
 def test_the_image_holds_this_hosts_celestia_build(desktop: ContainerDesktop) -> None:

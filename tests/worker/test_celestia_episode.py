@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from coda_app.services import ServiceProcess, running_services
+from tests.fixtures.docker import remove_containers
 from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
-from tests.fixtures.services import Store, executor_settings, planner_settings
-from worker.providers.docker_desktop import PREFIX_LABEL
+from tests.fixtures.services import Store, running_replays
 
 from .celestia_helpers import require_build, require_image_build
 from .test_episodes import wait_episode
@@ -36,15 +35,9 @@ def celestia_replays(service_store: Store, tmp_path_factory: pytest.TempPathFact
                      ) -> Iterator[tuple[str, str]]:
     """Planner and executor services answering from Celestia A-02's recorded outputs."""
     require_build()
-    work = tmp_path_factory.mktemp("celestia-replays")
-    planner = ServiceProcess.of("planner", planner_settings(
-        REPLAYS / "celestia-A-02.planner.json", service_store, work, backend="replay"),
-        work / "planner.log")
-    executor = ServiceProcess.of("executor", executor_settings(
-        REPLAYS / "celestia-A-02.executor.json", service_store, backend="replay"),
-        work / "executor.log")
-    with running_services(planner, executor):
-        yield planner.url, executor.url
+    with running_replays(REPLAYS / "celestia-A-02", service_store,
+                         tmp_path_factory.mktemp("celestia-replays")) as urls:
+        yield urls
 
 
 def solve_a02(wmaster: MasterProcess, replays: tuple[str, str], log_path: Path,
@@ -79,6 +72,4 @@ def test_replay_solves_a_celestia_task_in_a_desktop_container(
         solve_a02(wmaster, celestia_replays, tmp_path / "worker.log", provider="docker",
                   provider_options=json.dumps(options))
     finally:
-        for c in docker_client.containers.list(all=True,
-                                               filters={"label": f"{PREFIX_LABEL}={prefix}"}):
-            c.remove(force=True)
+        remove_containers(docker_client, prefix)

@@ -5,15 +5,14 @@ container through the agent's ``/coda/grass`` (no port of the GUI is published).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from coda.contracts.desktop import CheckVerdict
-from worker.providers.docker import DockerProvider, DockerSettings
-from worker.providers.docker_desktop import PREFIX_LABEL, ContainerDesktop
+from tests.fixtures.docker import container_desktop
+from worker.providers.docker_desktop import ContainerDesktop
 from worker.tasks import run_checkers
 
 from .grass_helpers import console, setup_task
@@ -23,16 +22,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def desktop(docker_client: Any, desktop_image: str) -> Iterator[ContainerDesktop]:
-    prefix = f"coda-grass-{secrets.token_hex(3)}"
-    try:
-        with DockerProvider(DockerSettings(name_prefix=prefix, ready_timeout_s=60)) as provider:
-            d = provider.desktop(0)
-            assert isinstance(d, ContainerDesktop)
-            yield d
-    finally:
-        for c in docker_client.containers.list(all=True,
-                                               filters={"label": f"{PREFIX_LABEL}={prefix}"}):
-            c.remove(force=True)
+    with container_desktop(docker_client, "grass") as d:
+        yield d
 
 
 def test_grass_task_wrong_then_right_in_a_desktop_container(desktop: ContainerDesktop) -> None:
