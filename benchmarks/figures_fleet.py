@@ -42,11 +42,16 @@ def _sentence(text: Any) -> str:
     return f"{text[:1].upper()}{text[1:]}." if text else ""
 
 
+def _source(key: str, command: str) -> str:
+    """Where a section's figures come from: fleet.json's ``key``, written by ``command``."""
+    return f"Source: `benchmarks/results/{SOURCE}` (key `{key}`), written by `python -m {command}`"
+
+
 def render_capacity(cap: dict[str, Any]) -> list[str]:
     cfg = cap.get("config", {})
     lines = ["## A fleet: one VM server's capacity, per slot count", "",
-             f"Source: `benchmarks/results/{SOURCE}` (key `capacity`), written by "
-             f"`python -m benchmarks.capacity`; measured {cap.get('at', '?')}, "
+             _source("capacity", "benchmarks.capacity") +
+             f"; measured {cap.get('at', '?')}, "
              f"{cfg.get('repeats', '?')} repeats, {cfg.get('episodes_per_slot', '?')} measured "
              f"episodes per slot, {cfg.get('app', '?')} on the {cfg.get('models', '?')}. "
              "Medians of the repeats, each repeat's ratio in brackets; machine CPU is the whole "
@@ -90,8 +95,8 @@ def _step_reports(cadence: dict[str, Any]) -> str:
 
 def render_master_scale(scale: dict[str, Any]) -> list[str]:
     lines = ["## A fleet: the master at fleet scale, every run", "",
-             f"Source: `benchmarks/results/{SOURCE}` (key `master_scale`), written by "
-             "`python -m benchmarks.master_load --fleet-key NAME`. Latencies are client-side, "
+             _source("master_scale", "benchmarks.master_load --fleet-key NAME") +
+             ". Latencies are client-side, "
              "of admitted requests; `master / other cores` is the master's CPU and that of "
              "processes outside the benchmark over the window.", ""]
     keys = [k for k in MASTER_SCALE_ORDER if k in scale]
@@ -145,8 +150,8 @@ def render_operations(data: dict[str, Any]) -> list[str]:
     failover = data.get("failover")
     if failover:
         lines += ["## A fleet: failover, every run", "",
-                  f"Source: `benchmarks/results/{SOURCE}` (key `failover`), written by "
-                  f"`python -m benchmarks.fleet`; {failover.get('runs')} runs, "
+                  _source("failover", "benchmarks.fleet") +
+                  f"; {failover.get('runs')} runs, "
                   f"{failover.get('date')}, lease TTL {failover.get('lease_ttl_s')} s, "
                   f"heartbeats every {failover.get('heartbeat_s')} s. "
                   f"{_sentence(failover.get('what'))}",
@@ -154,15 +159,15 @@ def render_operations(data: dict[str, Any]) -> list[str]:
     upgrade = data.get("rolling_upgrade")
     if upgrade:
         lines += ["## A fleet: draining and upgrading a VM server, every run", "",
-                  f"Source: `benchmarks/results/{SOURCE}` (key `rolling_upgrade`), written by "
-                  f"`python -m benchmarks.fleet`; {upgrade.get('runs')} runs, "
+                  _source("rolling_upgrade", "benchmarks.fleet") +
+                  f"; {upgrade.get('runs')} runs, "
                   f"{upgrade.get('date')}, {upgrade.get('drain_grace_s')} s grace. "
                   f"{_sentence(upgrade.get('what'))}", "", *_medians(upgrade, UPGRADE)]
     sup = data.get("supervise")
     if sup:
         lines += ["## A fleet: restarts under `coda up`", "",
-                  f"Source: `benchmarks/results/{SOURCE}` (key `supervise`), written by "
-                  f"`python -m benchmarks.supervise`; measured {sup.get('date')}: the "
+                  _source("supervise", "benchmarks.supervise") +
+                  f"; measured {sup.get('date')}: the "
                   f"{sup.get('service')} killed once per row under the restart policy, "
                   "ready again (its `/readyz`) after the backoff and the overhead (noticing "
                   "it, starting Python, loading the service); machine load average "
