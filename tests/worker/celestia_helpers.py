@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from coda.actions import Hotkey, Press, RightClick, TypeText
-from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd
+from coda.contracts.desktop import EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
+from tests.worker.helpers import Solution, wrong_fails_then_right_passes
 from worker.providers.base import Desktop
 from worker.providers.image import celestia as build
-from worker.tasks import TaskContext, run_checkers, run_setup
+from worker.tasks import TaskContext, run_setup
 from worker.tasks.adapters.celestia import app
 from worker.tasks.adapters.celestia.adapter import near_and_still
 
@@ -31,7 +32,6 @@ TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM"
 WAIT_S = 90.0
 BODY, STAR = 2, 1
 
-Solution = Callable[[Desktop, TaskContext], EpisodeEnd]
 
 
 def require_build() -> None:
@@ -338,9 +338,4 @@ def wrong_then_right(desktop: Desktop, name: str) -> None:
     of the families listed."""
     families, wrong, right = CASES[name]
     ctx = setup_task(desktop, name)
-    outcome = run_checkers(ctx, wrong(desktop, ctx))
-    assert outcome.verdict is CheckVerdict.FAILURE, outcome
-    assert any(r.status is CheckStatus.FAIL for r in outcome.results)
-    outcome = run_checkers(ctx, right(desktop, ctx))
-    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
-    assert sorted({r.type for r in outcome.results}) == sorted(set(families))
+    wrong_fails_then_right_passes(desktop, ctx, families, wrong, right)

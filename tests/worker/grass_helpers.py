@@ -13,6 +13,7 @@ from coda.actions import Click, Hotkey, Press, RightClick, TypeText
 from coda.contracts.desktop import EpisodeEnd, GrassOp, SetupReport
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
+from tests.worker.helpers import Solution
 from worker.providers.base import Desktop
 from worker.tasks import TaskContext, run_setup
 from worker.tasks.adapters.grass import gui
@@ -20,7 +21,6 @@ from worker.tasks.adapters.grass import gui
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "GrassGIS"
 WAIT_S = 60.0
 
-Solution = Callable[[Desktop, TaskContext], EpisodeEnd]
 
 
 def act(desktop: Desktop, *actions: Any) -> None:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PIL import Image
 
-from coda.contracts.desktop import WindowInfo
+from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd, WindowInfo
+from worker.providers.base import Desktop
 from worker.providers.client import GuestClient
+from worker.tasks import TaskContext, run_checkers
+
+Solution = Callable[[Desktop, TaskContext], EpisodeEnd]
+"""A scripted solution of a task: GUI actions on the desktop, done when its effect shows."""
 
 
 def window(guest: GuestClient | None, needle: str) -> WindowInfo | None:
@@ -39,3 +45,15 @@ def pixel(png: bytes, x: int, y: int) -> tuple[int, int, int]:
 
 def region(png: bytes, box: tuple[int, int, int, int]) -> bytes:
     return Image.open(io.BytesIO(png)).convert("RGB").crop(box).tobytes()
+
+
+def wrong_fails_then_right_passes(desktop: Desktop, ctx: TaskContext, families: Sequence[str],
+                                  wrong: Solution, right: Solution) -> None:
+    """The task's own checkers fail its near miss, then (done on top, in the same application)
+    pass its right solution, judging with the checker families listed."""
+    outcome = run_checkers(ctx, wrong(desktop, ctx))
+    assert outcome.verdict is CheckVerdict.FAILURE, outcome
+    assert any(r.status is CheckStatus.FAIL for r in outcome.results)
+    outcome = run_checkers(ctx, right(desktop, ctx))
+    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
+    assert sorted({r.type for r in outcome.results}) == sorted(set(families))

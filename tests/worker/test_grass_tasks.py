@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import pytest
 
-from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd
+from coda.contracts.desktop import CheckVerdict, EpisodeEnd
 from worker.providers.image import grassdata
 from worker.providers.local import LocalDesktop
 from worker.tasks import run_checkers
 from worker.tasks.adapters.grass import gui
 
 from .grass_helpers import (
-    Solution,
     answer,
     console,
     map_menu,
@@ -31,6 +30,7 @@ from .grass_helpers import (
     setup_task,
     statusbar,
 )
+from .helpers import Solution, wrong_fails_then_right_passes
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,12 +86,7 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
 def test_grass_task_wrong_then_right_on_the_real_grass(desktop: LocalDesktop, name: str) -> None:
     families, wrong, right = CASES[name]
     ctx = setup_task(desktop, name, reset=False)
-    outcome = run_checkers(ctx, wrong(desktop, ctx))
-    assert outcome.verdict is CheckVerdict.FAILURE, outcome
-    assert any(r.status is CheckStatus.FAIL for r in outcome.results)
-    outcome = run_checkers(ctx, right(desktop, ctx))
-    assert outcome.verdict is CheckVerdict.SUCCESS, outcome
-    assert sorted({r.type for r in outcome.results}) == sorted(set(families))
+    wrong_fails_then_right_passes(desktop, ctx, families, wrong, right)
 
 
 def test_the_scale_step_ends_with_its_render(desktop: LocalDesktop) -> None:
