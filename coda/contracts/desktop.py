@@ -233,6 +233,17 @@ class WindowInfo(_Model):
     height: int = Field(ge=0, le=X_SIZE)
 
 
+class PopupInfo(_Model):
+    """A mapped override-redirect window at the root: a menu, a submenu, a drop-down list or a
+    tooltip the window manager does not list, on screen now."""
+
+    id: int = Field(ge=0, le=2**32 - 1, description="X window id")
+    x: int = Field(ge=-X_POSITION, le=X_POSITION - 1)
+    y: int = Field(ge=-X_POSITION, le=X_POSITION - 1)
+    width: int = Field(ge=0, le=X_SIZE)
+    height: int = Field(ge=0, le=X_SIZE)
+
+
 class CloseAppsReply(_Model):
     """What closing the agent's processes did: how many were killed, which windows are left."""
 

@@ -21,7 +21,7 @@ from coda.actions import Hotkey, Press, RightClick, TypeText
 from coda.contracts.desktop import EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
-from tests.worker.helpers import Solution, wrong_fails_then_right_passes
+from tests.worker.helpers import Solution, open_context_menu, wrong_fails_then_right_passes
 from worker.providers.base import Desktop
 from worker.providers.image import celestia as build
 from worker.tasks import TaskContext, run_setup
@@ -139,12 +139,18 @@ def centre(name: str, kind: int = BODY, *, zoom: bool = False) -> Solution:
 
 def reference_mark(name: str, mnemonic: str, mark: str) -> Solution:
     """Right-click the object in the middle of the 3D view (where a goto leaves it; the view is
-    right of the Celestial Browser, so two thirds across the window), then its context menu's
-    Reference Marks submenu (R) and the mark's mnemonic; done when the dump shows the mark."""
+    right of the Celestial Browser, so two thirds across the window) and, once its context
+    menu is up, the Reference Marks submenu (R) and, once that is up too, the mark's
+    mnemonic; done when the dump shows the mark and the menus are gone."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        act(desktop, view_middle(ctx), TypeText(text=f"r{mnemonic}"))
+        open_context_menu(desktop, lambda: view_middle(ctx), f"{name}'s context menu", WAIT_S)
+        act(desktop, TypeText(text="r"))
+        wait_for(lambda: len(ctx.guest.popups() or []) >= 2, "the Reference Marks submenu",
+                 WAIT_S)
+        act(desktop, TypeText(text=mnemonic))
         wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["mark"][mark],
                  f"{name}'s {mark} shown", WAIT_S)
+        wait_for(lambda: ctx.guest.popups() == [], "the menus closed", WAIT_S)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -201,10 +207,11 @@ def hide(name: str) -> Solution:
     done when the dump says it is hidden."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         go_to(name)(desktop, ctx)
-        act(desktop, view_middle(ctx), *[Press(key="down")] * VISIBLE_ITEM,
-            Press(key="enter"))
+        open_context_menu(desktop, lambda: view_middle(ctx), f"{name}'s context menu", WAIT_S)
+        act(desktop, *[Press(key="down")] * VISIBLE_ITEM, Press(key="enter"))
         wait_for(lambda: state(ctx, (name, BODY))["entity"][name]["hidden"], f"{name} hidden",
                  WAIT_S)
+        wait_for(lambda: ctx.guest.popups() == [], "the menu closed", WAIT_S)
         return EpisodeEnd(kind="DONE")
 
     return solve

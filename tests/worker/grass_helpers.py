@@ -4,7 +4,6 @@ prompt, the layer tree's items, the map window), each done when the GUI's state 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from coda.actions import Click, Hotkey, Press, RightClick, TypeText
 from coda.contracts.desktop import EpisodeEnd, GrassOp, SetupReport
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
-from tests.worker.helpers import Solution
+from tests.worker.helpers import Solution, open_context_menu
 from worker.providers.base import Desktop
 from worker.tasks import TaskContext, run_setup
 from worker.tasks.adapters.grass import gui
@@ -73,9 +72,9 @@ def rename_layer(name: str) -> Solution:
     """The layer tree: right-click the first layer, Rename, type the name, Enter."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         rects = show_tab(desktop, ctx, "Layers")
-        item = rects["layer_items"][0]
-        act(desktop, click(item["rect"]))
-        menu_item(desktop, ctx, click(item["rect"]), 2)
+        act(desktop, click(rects["layer_items"][0]["rect"]))
+        menu_item(desktop, ctx, lambda: click(  # where the item is now: the tree may relayout
+            gui.call(ctx, GrassOp.RECTS)["layer_items"][0]["rect"], RightClick), 2)
         act(desktop, Hotkey(keys=["ctrl", "a"]), TypeText(text=name), Press(key="enter"))
         wait_for(lambda: any(w["_text"] == name for w in gui.dump(ctx)["windows"]),
                  f"the layer named {name!r}", WAIT_S)
@@ -83,25 +82,12 @@ def rename_layer(name: str) -> Solution:
     return solve
 
 
-RECLICK_S = 5.0  # no menu after this long: the right-click is sent again
-
-
-def menu_item(desktop: Desktop, ctx: TaskContext, at: Click, presses: int) -> None:
-    """Right-click at ``at``, and once the context menu is up (the GUI reports it), choose
-    its ``presses``-th item with the keyboard; done when the menu is gone. A busy GUI (a
-    render under way on a loaded machine) can drop the right-click: while no menu is up, it
-    is sent again every few seconds, as a user would."""
-    sent = [0.0]
-
-    def menu_up() -> bool:
-        if gui.call(ctx, GrassOp.RECTS)["menu_open"]:
-            return True
-        if time.monotonic() - sent[0] > RECLICK_S:
-            act(desktop, RightClick(x=at.x, y=at.y))
-            sent[0] = time.monotonic()
-        return False
-
-    wait_for(menu_up, "the context menu", WAIT_S)
+def menu_item(desktop: Desktop, ctx: TaskContext, at: Callable[[], RightClick],
+              presses: int) -> None:
+    """Right-click at ``at()``, and once the context menu is up (the GUI reports it), choose
+    its ``presses``-th item with the keyboard; done when the menu is gone."""
+    open_context_menu(desktop, at, "the context menu", WAIT_S,
+                      up=lambda: bool(gui.call(ctx, GrassOp.RECTS)["menu_open"]))
     act(desktop, *[Press(key="down")] * presses, Press(key="enter"))
     wait_for(lambda: not gui.call(ctx, GrassOp.RECTS)["menu_open"], "the context menu closed",
              WAIT_S)
@@ -111,7 +97,8 @@ def map_menu(presses: int) -> Solution:
     """The map window's context menu (Copy coordinates, Hide toolbars, Hide statusbar): the
     ``presses``-th item."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        menu_item(desktop, ctx, click(gui.call(ctx, GrassOp.RECTS)["map_window"]), presses)
+        menu_item(desktop, ctx, lambda: click(gui.call(ctx, GrassOp.RECTS)["map_window"],
+                                              RightClick), presses)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -139,7 +126,7 @@ def statusbar(mode: str, text: str, done: Callable[[dict[str, Any]], bool]) -> S
         x, y, w, h = gui.call(ctx, GrassOp.RECTS)["statusbar"]
         free = Click(x=x + w * 3 // 4, y=y + h // 2)
         if gui.dump(ctx)["statusbar"]["mode"] != index:
-            menu_item(desktop, ctx, free, index + 1)
+            menu_item(desktop, ctx, lambda: RightClick(x=free.x, y=free.y), index + 1)
             wait_for(lambda: gui.dump(ctx)["statusbar"]["mode"] == index,
                      f"the statusbar in mode {mode!r}", WAIT_S)
 

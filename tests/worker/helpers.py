@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from PIL import Image
 
+from coda.actions import RightClick
 from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd, WindowInfo
+from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
 from worker.providers.client import GuestClient
 from worker.tasks import TaskContext, run_checkers
@@ -57,3 +60,37 @@ def wrong_fails_then_right_passes(desktop: Desktop, ctx: TaskContext, families: 
     outcome = run_checkers(ctx, right(desktop, ctx))
     assert outcome.verdict is CheckVerdict.SUCCESS, outcome
     assert sorted({r.type for r in outcome.results}) == sorted(set(families))
+
+
+RECLICK_S = 5.0
+"""No context menu this long after a right-click: it is sent again."""
+
+
+def open_context_menu(desktop: Desktop, at: Callable[[], RightClick], what: str,
+                      timeout: float, *, up: Callable[[], bool] | None = None) -> None:
+    """Right-click where ``at()`` says and wait until the context menu is up (``up()``; by
+    default, the guest lists a popup on screen), as a person waits to see it before typing
+    into it: keys typed before it maps go to the window below. A busy GUI (a render under way
+    on a loaded machine) can drop the right-click, and a layout still settling can move the
+    place: while no menu is up, the right-click is sent again every :data:`RECLICK_S` at the
+    place ``at()`` says then. A failure names the places clicked and the popups seen."""
+    guest = desktop.guest
+    assert guest is not None
+    is_up = up if up is not None else lambda: bool(guest.popups())
+    sent: list[tuple[float, RightClick]] = []
+
+    def menu_up() -> bool:
+        if sent and is_up():
+            return True
+        if not sent or time.monotonic() - sent[-1][0] > RECLICK_S:
+            click = at()
+            result = desktop.act(click)
+            assert result.ok, result.error
+            sent.append((time.monotonic(), click))
+        return False
+
+    def seen() -> str:
+        clicks = ", ".join(f"({c.x}, {c.y})" for _, c in sent)
+        return f"right-clicks at {clicks}; popups on screen: {guest.popups()}"
+
+    wait_for(menu_up, what, timeout, logs=seen)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from coda import procs
-from coda.actions import Click, Move, TypeText
+from coda.actions import Click, Move, Press, RightClick, TypeText
 from tests.fixtures.waiting import wait_for
 from worker.guest import a11y
 from worker.guest.runner import ActionRunner, ActionTimeout
@@ -93,6 +93,23 @@ def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
     shown = wait_for(lambda: pixel(desktop.observe().image, *probe) == (0x20, 0xC0, 0x20),
                        "the button to turn green in a screenshot", timeout=10)
     assert shown
+
+
+def test_a_context_menu_is_listed_as_a_popup_while_it_is_up(desktop: LocalDesktop) -> None:
+    desktop.reset()
+    guest = desktop.guest
+    assert guest is not None
+    state_file = f"{desktop.home}/tk-state.json"
+    guest.launch(["python3", str(TK_APP), state_file])
+    state = wait_for(lambda: read_json(guest, state_file), "the Tk window to map")
+    assert guest.popups() == []
+    cx, cy = state["x"] + state["width"] // 2, state["y"] + state["height"] // 2
+    assert desktop.act(RightClick(x=cx, y=cy)).ok
+    (menu,) = wait_for(guest.popups, "the context menu listed as a popup")
+    assert (menu.x, menu.y) == (cx, cy) and menu.width > 0 and menu.height > 0
+    assert all(w.id != menu.id for w in guest.windows() or [])  # not a managed window
+    assert desktop.act(Press(key="escape")).ok
+    wait_for(lambda: guest.popups() == [], "the context menu gone")
 
 
 def test_screenshots_draw_the_cursor(desktop: LocalDesktop) -> None:

@@ -15,8 +15,8 @@ from worker.providers.local import LocalDesktop
 
 READ_ONLY = frozenset({
     "GET /screenshot", "GET /screen_size", "GET /cursor_position", "GET /platform",
-    "GET /accessibility", "GET /coda/windows", "GET /health", "GET /read", "POST /file",
-    "POST /desktop_path", "POST /list_directory", "POST /screen_size",
+    "GET /accessibility", "GET /coda/windows", "GET /coda/popups", "GET /health", "GET /read",
+    "POST /file", "POST /desktop_path", "POST /list_directory", "POST /screen_size",
 })
 
 

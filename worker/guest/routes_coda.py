@@ -16,6 +16,7 @@ from coda.contracts.desktop import (
     ActResult,
     CloseAppsReply,
     GuestHealth,
+    PopupInfo,
     WindowInfo,
 )
 from coda.guestenv import DESKTOP_MARK
@@ -75,6 +76,13 @@ def act(body: ActBody, state: StateDep) -> ActResult:
 def windows(state: StateDep) -> list[WindowInfo]:
     """Top-level windows the window manager lists."""
     return state.x.windows()
+
+
+@router.get("/popups")
+def popups(state: StateDep) -> list[PopupInfo]:
+    """Menus, drop-downs and tooltips on screen now: windows the window manager does not list
+    (a scripted user waits for a context menu before it types into it)."""
+    return state.x.popups()
 
 
 @router.post("/close_apps")

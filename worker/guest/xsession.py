@@ -10,7 +10,7 @@ from typing import Any
 
 from Xlib import X, display, error
 
-from coda.contracts.desktop import WindowInfo
+from coda.contracts.desktop import PopupInfo, WindowInfo
 from worker.guest.capture import DisplayUnavailable
 
 X_GONE = (error.DisplayError, error.ConnectionClosedError, error.XauthError, error.XNoAuthError,
@@ -66,6 +66,10 @@ class XSession:
         """Top-level client windows the window manager lists (``_NET_CLIENT_LIST``)."""
         return self._call(_client_windows)
 
+    def popups(self) -> list[PopupInfo]:
+        """Menus, drop-downs and tooltips on screen now (mapped override-redirect windows)."""
+        return self._call(_popups)
+
 
 def _client_windows(d: Any) -> list[WindowInfo]:
     root = d.screen().root
@@ -77,6 +81,27 @@ def _client_windows(d: Any) -> list[WindowInfo]:
             out.append(_window_info(d, w))
         except error.XError:  # a window that closed while we looked
             continue
+    return out
+
+
+def _popups(d: Any) -> list[PopupInfo]:
+    """Mapped override-redirect windows that show on screen (toolkits and window managers keep
+    1x1 helper windows mapped off screen, at -100,-100)."""
+    out = []
+    screen = d.screen()
+    for w in screen.root.query_tree().children:
+        try:
+            attrs = w.get_attributes()
+            if not attrs.override_redirect or attrs.map_state != X.IsViewable:
+                continue
+            geo = w.get_geometry()
+        except error.XError:  # a window that closed while we looked
+            continue
+        if (geo.x + geo.width <= 0 or geo.y + geo.height <= 0
+                or geo.x >= screen.width_in_pixels or geo.y >= screen.height_in_pixels):
+            continue
+        out.append(PopupInfo(id=int(w.id), x=int(geo.x), y=int(geo.y), width=int(geo.width),
+                             height=int(geo.height)))
     return out
 
 

@@ -45,6 +45,7 @@ from coda.contracts.desktop import (
     ImageFormat,
     Observation,
     OptRequest,
+    PopupInfo,
     WindowInfo,
     WriteRequest,
 )
@@ -61,6 +62,7 @@ CELESTIA_ROUTE = "/coda/celestia"
 
 log = get_logger("worker.providers")
 WINDOWS: TypeAdapter[list[WindowInfo]] = TypeAdapter(list[WindowInfo])
+POPUPS: TypeAdapter[list[PopupInfo]] = TypeAdapter(list[PopupInfo])
 
 
 class ScreenshotBudgetSpent(DesktopBroken):
@@ -308,6 +310,12 @@ class GuestClient:
         if self.kind is not GuestKind.CODA:
             return None
         return WINDOWS.validate_json(self._ok(self.request("GET", "/coda/windows")).content)
+
+    def popups(self) -> list[PopupInfo] | None:
+        """Menus and tooltips on screen, or None when the guest cannot list them (OSWorld's)."""
+        if self.kind is not GuestKind.CODA:
+            return None
+        return POPUPS.validate_json(self._ok(self.request("GET", "/coda/popups")).content)
 
     def close_apps(self) -> CloseAppsReply:
         """Kill every process the agent started; what it killed and the windows left."""

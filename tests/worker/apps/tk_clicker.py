@@ -1,6 +1,7 @@
 """A small Tk window for the desktop tests: one big grey button that turns green and says
-"Clicked" when clicked. It writes its state as JSON to the file named on the command line
-(its screen geometry once mapped, then the click), so a test can probe instead of sleeping."""
+"Clicked" when clicked, with a context menu on a right-click. It writes its state as JSON to
+the file named on the command line (its screen geometry once mapped, then the click), so a
+test can probe instead of sleeping."""
 
 import json
 import sys
@@ -34,6 +35,9 @@ def clicked() -> None:
     write()
 
 
+menu = tk.Menu(root, tearoff=0)
+menu.add_command(label="Nothing")
 button.config(command=clicked)
 button.bind("<Map>", mapped)
+button.bind("<ButtonRelease-3>", lambda event: menu.tk_popup(event.x_root, event.y_root))
 root.mainloop()
