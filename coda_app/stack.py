@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -61,14 +61,12 @@ def chosen(spec: BackendSpec) -> dict[str, Any]:
     return spec.model_dump(exclude_unset=True)
 
 
-@dataclass
-class StackConfig:
-    home: Path
-    master_url: str
-    admin_token: SecretStr
-    worker_token: SecretStr
-    service_token: SecretStr
-    service_admin_token: SecretStr
+@dataclass(frozen=True, kw_only=True)
+class StackShape:
+    """What a stack runs: its models (the tiny random ones, or the replayed outputs; a
+    directory or a served URL per role), its local desktop slots, the trainer, vLLM.
+    ``coda up``'s options are one, and so is a stack's configuration."""
+
     models: ModelsMode = "tiny"
     model_dirs: dict[str, str | None] = field(default_factory=dict)
     model_urls: dict[str, str | None] = field(default_factory=dict)
@@ -77,6 +75,20 @@ class StackConfig:
     vllm: bool = False
     """Serve the tiny model with vLLM (``coda_app.stack_vllm``); the planner pulls the
     trainer's versions from the master instead of the trainer pushing them."""
+
+    def shape(self) -> dict[str, Any]:
+        """The :class:`StackShape` fields of this object, to build another shape from."""
+        return {f.name: getattr(self, f.name) for f in fields(StackShape)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig(StackShape):
+    home: Path
+    master_url: str
+    admin_token: SecretStr
+    worker_token: SecretStr
+    service_token: SecretStr
+    service_admin_token: SecretStr
 
     @property
     def logs(self) -> Path:

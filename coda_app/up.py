@@ -8,7 +8,7 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,11 +21,12 @@ from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_
 from coda_app.embedded.postgres import EmbeddedPostgres
 from coda_app.embedded.redis import EmbeddedRedis
 from coda_app.secrets_file import LocalSecrets, local_secrets, secrets_path
+from coda_app.stack import StackShape
 from coda_app.supervise import Child, GaveUp, Supervisor
 
 if TYPE_CHECKING:
     from coda_app.embedded.services import ServiceUrls
-    from coda_app.stack import ModelsMode, Stack
+    from coda_app.stack import Stack
 
 console = Console(stderr=True)
 log = get_logger("coda_app.up")
@@ -74,19 +75,14 @@ def store_children(servers: Sequence[EmbeddedPostgres | EmbeddedRedis]) -> list[
     return out
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    """What one ``coda up`` runs (the command's options, checked)."""
+@dataclass(frozen=True, kw_only=True)
+class UpOptions(StackShape):
+    """What one ``coda up`` runs (the command's options, checked): the stack's shape, where
+    the master listens, the demo batch and the live view."""
 
     home: Path
     host: str = "127.0.0.1"
     port: int = 8000
-    models: ModelsMode = "tiny"
-    model_dirs: dict[str, str | None] = field(default_factory=dict)
-    model_urls: dict[str, str | None] = field(default_factory=dict)
-    slots: int = 2
-    train: bool = False
-    vllm: bool = False
     demo: bool = True
     demo_rollouts: int = 2
     master_only: bool = False
@@ -229,11 +225,9 @@ def _model_stack(opts: UpOptions, tokens: LocalSecrets) -> Stack:
     from coda_app.stack import Stack, StackConfig
 
     return Stack(StackConfig(
-        home=opts.home, master_url=opts.url, admin_token=tokens.admin_token,
+        **opts.shape(), home=opts.home, master_url=opts.url, admin_token=tokens.admin_token,
         worker_token=tokens.worker_token, service_token=tokens.service_token,
-        service_admin_token=tokens.service_admin_token, models=opts.models,
-        model_dirs=opts.model_dirs, model_urls=opts.model_urls, slots=opts.slots,
-        train=opts.train, vllm=opts.vllm))
+        service_admin_token=tokens.service_admin_token))
 
 
 def up(
