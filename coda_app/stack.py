@@ -17,10 +17,10 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -28,6 +28,7 @@ from coda.inference.spec import BackendSpec
 from coda.logging import get_logger
 from coda.procs import start_process, stop_process
 from coda_app.services import ServiceProcess
+from coda_app.stack_shape import StackShape
 from coda_app.stack_vllm import SERVED_NAME as VLLM_SERVED_NAME
 from coda_app.stack_vllm import VllmServers, start_servers
 from coda_app.supervise import Child
@@ -45,7 +46,6 @@ TINY_DEMO_TASKS = [ROOT / "examples" / "scienceboard" / "VM" / app / f"{name}.js
                    for app, name in (("TeXstudio", "B-01"), ("TeXstudio", "C-02"),
                                      ("KAlgebra", "A-01"))]
 """Bundled tasks whose applications the local slot image has (others need, e.g., VS Code)."""
-ModelsMode = Literal["tiny", "replay"]
 ROLES = ("planner", "executor", "judge")
 
 
@@ -59,26 +59,6 @@ def chosen(spec: BackendSpec) -> dict[str, Any]:
     """The fields the stack chose (backend, model, URL): a service's own settings (its
     environment) give the rest."""
     return spec.model_dump(exclude_unset=True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StackShape:
-    """What a stack runs: its models (the tiny random ones, or the replayed outputs; a
-    directory or a served URL per role), its local desktop slots, the trainer, vLLM.
-    ``coda up``'s options are one, and so is a stack's configuration."""
-
-    models: ModelsMode = "tiny"
-    model_dirs: dict[str, str | None] = field(default_factory=dict)
-    model_urls: dict[str, str | None] = field(default_factory=dict)
-    slots: int = 2
-    train: bool = False
-    vllm: bool = False
-    """Serve the tiny model with vLLM (``coda_app.stack_vllm``); the planner pulls the
-    trainer's versions from the master instead of the trainer pushing them."""
-
-    def shape(self) -> dict[str, Any]:
-        """The :class:`StackShape` fields of this object, to build another shape from."""
-        return {f.name: getattr(self, f.name) for f in fields(StackShape)}
 
 
 @dataclass(frozen=True, kw_only=True)

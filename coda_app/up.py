@@ -21,7 +21,7 @@ from coda_app.cli_options import DEFAULT_HOME, LogFormat, LogFormatOption, json_
 from coda_app.embedded.postgres import EmbeddedPostgres
 from coda_app.embedded.redis import EmbeddedRedis
 from coda_app.secrets_file import LocalSecrets, local_secrets, secrets_path
-from coda_app.stack import StackShape
+from coda_app.stack_shape import StackShape
 from coda_app.supervise import Child, GaveUp, Supervisor
 
 if TYPE_CHECKING:
