@@ -19,6 +19,7 @@ import pytest
 
 from coda.actions import Hotkey, Press, RightClick, TypeText
 from coda.contracts.desktop import EpisodeEnd
+from coda.logging import get_logger
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
 from tests.worker.helpers import Solution, open_context_menu, wrong_fails_then_right_passes
@@ -28,6 +29,7 @@ from worker.tasks import TaskContext, run_setup
 from worker.tasks.adapters.celestia import app
 from worker.tasks.adapters.celestia.adapter import near_and_still
 
+log = get_logger("tests.celestia")
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "Celestia"
 WAIT_S = 90.0
 BODY, STAR = 2, 1
@@ -61,7 +63,22 @@ def act(desktop: Desktop, *actions: Any) -> None:
 
 
 def state(ctx: TaskContext, *entities: tuple[str, int]) -> dict[str, Any]:
-    return app.dump(ctx, [{"name": n, "type": t} for n, t in entities])
+    """The dump with these entities. Celestia reads it on its GUI thread, which a busy machine
+    can hold past the guest's 20 s (CI saw it once, during a goto): a dump that did not come
+    (:class:`app.Unreadable`) is asked for again, within :data:`WAIT_S`."""
+    query = [{"name": n, "type": t} for n, t in entities]
+    missed: list[str] = []
+
+    def probe() -> dict[str, Any] | None:
+        try:
+            return app.dump(ctx, query)
+        except app.Unreadable as exc:
+            missed.append(str(exc))
+            log.warning("celestia.dump_missed", error=str(exc), misses=len(missed))
+            return None
+
+    return wait_for(probe, "Celestia's state dump", WAIT_S,
+                    logs=lambda: f"{len(missed)} missed; the last: {missed[-1]}" if missed else "")
 
 
 def keys_until(text: str, done: Callable[[dict[str, Any]], bool], what: str,
