@@ -18,6 +18,7 @@ from coda.actions import Click, Move, Press, RightClick, TypeText
 from tests.fixtures.waiting import wait_for
 from worker.guest import a11y
 from worker.guest.runner import ActionRunner, ActionTimeout
+from worker.providers.client import GuestClient
 from worker.providers.local import LocalDesktop
 
 from .helpers import pixel, read_json, region, window
@@ -77,15 +78,21 @@ def test_typing_into_xterm_creates_a_file_and_the_screenshot_shows_it(
     assert region(before, box) != region(after, box), "the typed text must show in the xterm"
 
 
-def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
-        desktop: LocalDesktop) -> None:
+def _tk_window(desktop: LocalDesktop) -> tuple[GuestClient, str, int, int]:
+    """The Tk test window on a fresh desktop, once mapped: the guest, its state file and the
+    centre of its button."""
     desktop.reset()
     guest = desktop.guest
     assert guest is not None
     state_file = f"{desktop.home}/tk-state.json"
     guest.launch(["python3", str(TK_APP), state_file])
     state = wait_for(lambda: read_json(guest, state_file), "the Tk window to map")
-    cx, cy = state["x"] + state["width"] // 2, state["y"] + state["height"] // 2
+    return guest, state_file, state["x"] + state["width"] // 2, state["y"] + state["height"] // 2
+
+
+def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
+        desktop: LocalDesktop) -> None:
+    guest, state_file, cx, cy = _tk_window(desktop)
     probe = (cx + 60, cy + 40)  # away from the cursor and the label
     assert pixel(desktop.observe().image, *probe) == (0x80, 0x80, 0x80)
     assert desktop.act(Click(x=cx, y=cy)).ok
@@ -96,14 +103,8 @@ def test_clicking_a_tk_window_changes_its_state_and_the_screenshot_shows_it(
 
 
 def test_a_context_menu_is_listed_as_a_popup_while_it_is_up(desktop: LocalDesktop) -> None:
-    desktop.reset()
-    guest = desktop.guest
-    assert guest is not None
-    state_file = f"{desktop.home}/tk-state.json"
-    guest.launch(["python3", str(TK_APP), state_file])
-    state = wait_for(lambda: read_json(guest, state_file), "the Tk window to map")
+    guest, _, cx, cy = _tk_window(desktop)
     assert guest.popups() == []
-    cx, cy = state["x"] + state["width"] // 2, state["y"] + state["height"] // 2
     assert desktop.act(RightClick(x=cx, y=cy)).ok
     (menu,) = wait_for(guest.popups, "the context menu listed as a popup")
     assert (menu.x, menu.y) == (cx, cy) and menu.width > 0 and menu.height > 0
