@@ -275,10 +275,15 @@ def serve(
     prefix: Annotated[str, typer.Option(help="names of the VMs")] = "coda-dev",
 ) -> None:
     """Start the simulator with desktop VMs of IMAGE, print the worker's provider settings and
-    serve until Ctrl-C (then remove every VM's container)."""
+    serve until Ctrl-C or SIGTERM (then remove every VM's container)."""
     from coda.logging import configure_logging
+    from coda_app.embedded import exit_on_sigterm
 
     configure_logging("INFO")
+    # SIGTERM stops it as Ctrl-C does, and Ctrl-C works when SIGINT came ignored (a job started
+    # with & by a non-interactive shell, as a CI run in the background): without this, neither
+    # stopped it and the simulator with its VMs' containers ran on
+    exit_on_sigterm()
     if mode not in ("clone", "revert"):
         raise typer.BadParameter("clone or revert", param_hint="--mode")
     with running() as sim:
@@ -302,5 +307,5 @@ def serve(
         try:
             while sim.proc is not None and sim.proc.poll() is None:
                 time.sleep(1)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: a clean stop
             pass
