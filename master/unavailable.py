@@ -22,6 +22,11 @@ INFRASTRUCTURE: tuple[type[Exception], ...] = (
     RedisError,
     asyncpg.exceptions.PostgresConnectionError,  # class 08: the connection failed or is gone
     asyncpg.exceptions.InterfaceError,  # a connection closed under a query
+    # a pooled connection whose server said goodbye (a restart's "terminating connection due to
+    # administrator command") while it sat idle, handed out before its closed socket was seen:
+    # "cannot switch to state 12; another operation (2) is in progress" (state 2: asyncpg
+    # discarding what the server sent unasked); asyncpg aborts the connection
+    asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.OperatorInterventionError,  # class 57: shutting down, starting up
     asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
     asyncpg.exceptions.TransactionRollbackError,  # class 40: a deadlock or serialization
@@ -40,7 +45,8 @@ def dependency_of(exc: BaseException) -> str:
     frame of a store's client library it passed through."""
     if isinstance(exc, RedisError):
         return "redis"
-    if isinstance(exc, asyncpg.exceptions.PostgresError | asyncpg.exceptions.InterfaceError):
+    if isinstance(exc, asyncpg.exceptions.PostgresError | asyncpg.exceptions.InterfaceError
+                  | asyncpg.exceptions.InternalClientError):
         return "postgres"
     found = "a dependency"
     for frame, _ in traceback.walk_tb(exc.__traceback__):

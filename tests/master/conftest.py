@@ -1,8 +1,9 @@
-"""Helpers for master tests: clients bound to a running master, task documents."""
+"""Helpers for master tests: clients bound to a running master, task documents, a PostgreSQL
+server of a test's own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 from coda.clients.master import MasterClient
 from coda.contracts.master_api import BatchCreate, WorkerRegister
 from coda.contracts.records import Worker
+from coda.procs import free_port
 from coda.tasks import load_tasks
+from coda_app.embedded.postgres import EmbeddedPostgres
 
 SCIENCEBOARD = Path(__file__).resolve().parents[2] / "examples" / "scienceboard"
 
@@ -39,3 +42,14 @@ async def worker(wclient: MasterClient) -> Worker:
 
 async def submit(admin: MasterClient, n_tasks: int = 2, **kw: Any) -> Any:
     return await admin.create_batch(BatchCreate(tasks=task_docs(n_tasks), **kw))
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL server of this test's own on a free port (the test stops and starts it)."""
+    server = EmbeddedPostgres(tmp_path / "pg-data", port=free_port(), fast=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

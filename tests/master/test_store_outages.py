@@ -9,7 +9,7 @@ from outside on servers of the test's own (never the shared ones):
 - PostgreSQL stopped: every request is answered 503 with ``Retry-After`` naming the store,
   never 500; back, the same requests succeed.
 - A name that does not resolve (what a compose network answers while a store's container
-  restarts) is a 503 too.
+  restarts) is a 503 too, and so is each error a pool's queries raise while PostgreSQL restarts.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -123,17 +124,6 @@ def test_a_batch_submitted_while_redis_is_away_is_created_once_and_queued_when_i
         m.stop()
 
 
-@pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
-    """A PostgreSQL server of this test's own on a free port (the test stops and starts it)."""
-    server = EmbeddedPostgres(tmp_path / "pg-data", port=free_port(), fast=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_postgres_away_is_a_typed_503_with_retry_after_never_a_500(
         own_postgres: EmbeddedPostgres, fresh_redis_url: str, tmp_path: Path) -> None:
     m = _master(tmp_path, own_postgres.url, fresh_redis_url)
@@ -179,6 +169,40 @@ def test_a_name_that_does_not_resolve_is_a_503() -> None:
     r = TestClient(app).get("/x")
     assert r.status_code == 503 and r.headers["retry-after"] == "2"
     assert r.json()["detail"].startswith("a dependency is unavailable (gaierror: ")
+
+
+# what a pool's queries raised while PostgreSQL restarted under load (pg_ctl stop -m fast, then
+# start; tests/master/test_postgres_restart.py), each as raised inside asyncpg
+RESTART_ERRORS = [
+    asyncpg.exceptions.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"),
+    asyncpg.exceptions.ConnectionDoesNotExistError(
+        "connection was closed in the middle of operation: terminating connection due to "
+        "administrator command"),
+    asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"),
+    asyncpg.exceptions.CannotConnectNowError("the database system is shutting down"),
+    asyncpg.exceptions.InterfaceError("cannot perform operation: connection is closed"),
+    ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)"),
+    ConnectionResetError(104, "Connection reset by peer"),
+    ConnectionError("unexpected connection_lost() call"),
+    TimeoutError(),
+]
+
+
+@pytest.mark.parametrize("error", RESTART_ERRORS, ids=lambda e: type(e).__name__)
+def test_each_error_of_a_postgres_restart_is_a_503_naming_postgres(error: Exception) -> None:
+    app = FastAPI()
+    unavailable.install(app, 1)
+    inside: dict[str, Any] = {"__name__": "asyncpg.connection", "error": error}
+    exec("def query():\n    raise error", inside)
+
+    @app.get("/q")
+    async def q() -> None:
+        inside["query"]()
+
+    r = TestClient(app, raise_server_exceptions=False).get("/q")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+    assert r.json()["detail"].startswith(f"postgres is unavailable ({type(error).__name__}: ")
 
 
 def test_a_closed_transport_under_a_store_is_a_503_and_any_other_runtime_error_a_500() -> None:
