@@ -65,12 +65,16 @@ def run(
     configure_logging(settings.log_level)
     from worker.providers.base import ProviderConflict
     from worker.providers.factory import ProviderConfigError, make_provider
+    from worker.providers.liveness import new_instance
     from worker.runner import TokenRefused, Worker
 
+    instance = new_instance()  # this process: its desktops' owner mark beside the name
+    log.info("worker.instance", name=settings.name, instance=instance)
     try:
         prov = make_provider(settings.provider, settings.provider_options,
                              screen=settings.screen, slot_root=settings.slot_root,
-                             owner=settings.name)
+                             owner=settings.name, instance=instance,
+                             alive=(settings.alive_interval_s, settings.alive_ttl_s))
     except ProviderConfigError as exc:
         typer.echo(f"coda worker: {exc}", err=True)
         raise typer.Exit(2) from None

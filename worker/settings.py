@@ -6,12 +6,13 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coda.contracts.records import JobKind
 from coda.contracts.services_api import JudgePolicy
 from worker.providers.base import OSWORLD_PAUSE_S, OSWORLD_SCREENSHOT_BUDGET, ScreenshotBudget
+from worker.providers.liveness import ALIVE_INTERVAL_S, ALIVE_TTL_S
 
 ProviderName = Literal["local", "docker", "vmware", "vsphere"]
 
@@ -39,6 +40,17 @@ class WorkerSettings(BaseSettings):
     provider_options: dict[str, Any] = Field(
         default_factory=dict, repr=False, description="the provider's own options (JSON), e.g. "
         '{"template_vmx": "/vms/sb.vmx", "clones_dir": "/vms/clones"} for vmware')
+    alive_interval_s: float = Field(
+        default=ALIVE_INTERVAL_S, gt=0, le=3600,
+        description="how often the worker renews the liveness mark on each of its desktops "
+                    "(docker containers, vsphere clones), so that another worker process of "
+                    "the same name never takes them for the stale ones of a dead one")
+    alive_ttl_s: float = Field(
+        default=ALIVE_TTL_S, gt=0, le=86_400,
+        description="a liveness mark not renewed for this long is stale: the desktop's "
+                    "process is gone, and another process of this worker's name removes it at "
+                    "its start (which waits up to this long for a recent one); at least twice "
+                    "alive_interval_s")
     screen: tuple[int, int] = Field(default=(1280, 800), description="local desktops' size")
     slot_root: Path | None = Field(default=None,
                                    description="folder of local slot directories (default: temp)")
@@ -122,6 +134,13 @@ class WorkerSettings(BaseSettings):
         if isinstance(v, str) and not v.lstrip().startswith("["):
             return [k.strip() for k in v.split(",") if k.strip()]
         return v
+
+    @model_validator(mode="after")
+    def _alive(self) -> WorkerSettings:
+        if self.alive_ttl_s < 2 * self.alive_interval_s:
+            raise ValueError(f"alive_ttl_s ({self.alive_ttl_s:g}) is shorter than two renewals "
+                             f"of alive_interval_s ({self.alive_interval_s:g})")
+        return self
 
     def screenshot_budget(self) -> ScreenshotBudget:
         """How desktops spend screenshots on a leaking guest server (OSWorld's)."""

@@ -2,8 +2,9 @@
 image not there (then tagged), the engine unreachable (the connection to it cut, then back),
 two workers given one name prefix. The infrastructure's faults are :class:`ProviderDown` (the
 worker waits them out, no episode is charged), a desktop the engine could not remove is removed
-by name when the engine answers again, and a worker never removes containers it does not own.
-Every container carries a prefix of this module's and none is left afterwards."""
+by name when the engine answers again, and a worker never removes containers it does not own
+(nor one a live process of its own name uses). Every container carries a prefix of this
+module's and none is left afterwards."""
 
 from __future__ import annotations
 
@@ -107,21 +108,30 @@ def test_an_engine_that_does_not_answer_is_unreachable_and_nothing_is_lost(
 
 def test_a_prefix_in_use_by_another_worker_is_refused_and_its_container_untouched(
         prefix: str, docker_client: Any) -> None:
-    with _provider(prefix, owner="worker-a") as a:
+    a = _provider(prefix, owner="worker-a", alive_interval_s=0.5, alive_ttl_s=5)
+    try:
         da = a.desktop(0)
         da.reset()
         with _provider(prefix, owner="worker-b") as b:
             with pytest.raises(ProviderConflict) as err:
                 b.probe()
-            assert f"desktop prefix {prefix!r} is in use by worker 'worker-a'" in str(err.value)
+            assert f"name_prefix {prefix!r} is in use by worker 'worker-a'" in str(err.value)
             with pytest.raises(ProviderConflict):
                 b.desktop(0)
+        with _provider(prefix, owner="worker-a") as again:  # a second process of worker-a
+            with pytest.raises(ProviderConflict) as err:
+                again.probe()
+            assert (f"is in use by another live process of worker 'worker-a' (instance "
+                    f"{a.settings.instance})") in str(err.value)
         [mine] = _ours(docker_client, prefix)
         assert mine.id == da.container.id and mine.status == "running" and da.health().ok
-        crashed = _provider(prefix, owner="worker-a")  # a-again, after a crash of a
-        crashed.probe()  # its own stale container removed
-        assert _ours(docker_client, prefix) == []
-        crashed.close()
+        a._desktops.clear()  # a crashes: its container stays, its liveness mark not renewed
+        a.close()
+        with _provider(prefix, owner="worker-a") as after:  # a-again, after the crash of a
+            after.probe()  # its own stale container removed, once its mark is 5 s old
+            assert _ours(docker_client, prefix) == []
+    finally:
+        a.close()
 
 
 def test_a_worker_whose_image_is_missing_leases_nothing_until_it_is_there(

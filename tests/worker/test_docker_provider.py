@@ -258,14 +258,15 @@ def test_close_removes_every_container(prefix: str, docker_client: Any) -> None:
 
 
 def test_stale_containers_of_the_prefix_are_removed(prefix: str, docker_client: Any) -> None:
-    left = _provider(f"{prefix}-stale")
-    left.desktop(3).reset()  # a worker that died without closing: its container stays
+    left = _provider(f"{prefix}-stale", alive_interval_s=1, alive_ttl_s=3)
+    left.desktop(3).reset()
+    left._desktops.clear()  # a worker that died without closing: its container stays,
+    left.close()  # its liveness mark no longer renewed (stale 3 s after its last renewal)
     stale = _ours(docker_client, f"{prefix}-stale")
     assert len(stale) == 1
     with _provider(f"{prefix}-stale") as p:
         p.desktop(0)
         assert [c.id for c in _ours(docker_client, f"{prefix}-stale")] == []
-    left.close()  # its container is gone already: nothing to remove
 
 
 def test_slots_are_isolated(provider: DockerProvider) -> None:

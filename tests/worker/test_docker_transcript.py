@@ -45,6 +45,7 @@ def test_docker_lifecycle_matches_the_transcript(tmp_path: Path, desktop: LocalD
         provider = DockerProvider(DockerSettings(
             qcow2=qcow2, guest_token=SecretStr(desktop.token), ready_timeout_s=30,
             name_prefix="coda-desktop", owner="recorded-worker",
+            alive_interval_s=3600, alive_ttl_s=7200,  # no liveness renewal in the transcript
             client=lambda: docker.DockerClient(base_url=engine.url)))
         d = provider.desktop(0)
         assert isinstance(d, DockerDesktop)

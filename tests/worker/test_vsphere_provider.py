@@ -223,15 +223,16 @@ def test_no_address_in_time_is_no_guest_ip(vcsim: Vcsim, si: Any, prefix: str,
 
 def test_only_this_workers_stale_clones_are_removed_at_start(
         vcsim: Vcsim, si: Any, prefix: str, clones: Callable[..., VsphereProvider]) -> None:
-    """What an earlier run of this worker left (clones marked with its name) goes at start;
-    VMs of the prefix without its mark (by hand, another worker's) are never touched: the
-    provider refuses to go on, naming them."""
+    """What an earlier run of this worker left (clones marked with its name by a process
+    that is gone: its liveness mark no longer renewed) goes at start; VMs of the prefix
+    without its mark (by hand, another worker's) are never touched: the provider refuses to
+    go on, naming them."""
     clone = f"{prefix}-clone"
-    crashed = clones(owner="worker-a")
+    crashed = clones(owner="worker-a", alive_interval_s=1, alive_ttl_s=3)
     crashed.desktop(0).reset()
     left = crashed.desktop(0).vm._moId
     crashed._desktops.clear()  # the worker died: its clone was never destroyed
-    crashed.close()
+    crashed.close()  # nor its liveness mark renewed: stale 3 s after its last renewal
     create_vm(si, f"{clone}-keep", None)  # not a slot's name: not the provider's
     with clones(owner="worker-a") as provider:
         provider.probe()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, Health, ProviderDown, ProviderFault
@@ -39,6 +40,7 @@ from worker.providers.docker_desktop import (
     image_missing,
     remove_stale,
 )
+from worker.providers.liveness import Renewer, check_alive
 from worker.tokens import secret_value
 
 GUEST_PORTS = {"server": 5000, "vnc": 8006, "chrome": 9222, "vlc": 8080, "apps": 8000}
@@ -130,14 +132,17 @@ class DockerProvider(Provider[Desktop]):
 
     def __init__(self, settings: DockerSettings) -> None:
         super().__init__()
+        check_alive(settings.alive_interval_s, settings.alive_ttl_s)
         self.settings = settings
         self._client: Any = None
         self._cleaned = False
         self._lock = threading.RLock()
+        self._renewer = Renewer("docker", settings.alive_interval_s, self._renew)
 
     def client(self) -> Any:
         """The engine's client, made at first use (then the containers an earlier run of this
-        worker left are removed, once); an engine that does not answer is ProviderDown."""
+        worker left are removed, once: never one a live process of its name uses); an engine
+        that does not answer is ProviderDown."""
         with self._lock:
             if self._client is None:
                 try:
@@ -175,11 +180,24 @@ class DockerProvider(Provider[Desktop]):
 
     def _make(self, slot: int) -> Desktop:
         client = self.client()
+        self._renewer.start()
         if self.settings.qcow2 is None:
             return ContainerDesktop(slot, self.settings, client)
         return DockerDesktop(slot, self.settings, client)
 
+    def _renew(self) -> None:
+        """One round of the liveness marks of this process's containers (the renewer's
+        thread); a failure is logged per slot."""
+        at = time.time()
+        for d in list(self._desktops.values()):
+            if isinstance(d, ContainerSlot):
+                try:
+                    d.renew_alive(at)
+                except engine_errors() as exc:
+                    log.warning("docker.alive_failed", slot=d.slot, detail=str(exc)[:300])
+
     def close(self) -> None:
+        self._renewer.stop()
         super().close()
         if self._client is not None:
             self._client.close()

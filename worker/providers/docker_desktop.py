@@ -20,9 +20,11 @@ manager and the project's guest agent (``worker.guest.session``) as a non-root u
   killed, out of memory or gone is ``vm_off``. Then the agent's own health.
 * Close removes the container. At the provider's first desktop (or probe), containers an
   earlier run of this worker left with its prefix are removed: those labelled
-  ``coda.desktop.prefix=<prefix>`` and ``coda.desktop.owner=<this worker's name>``. A container
-  of the prefix that another worker owns is never removed: the worker refuses to go on, naming
-  it (:class:`~worker.providers.base.ProviderConflict`). The default prefix,
+  ``coda.desktop.prefix=<prefix>`` and ``coda.desktop.owner=<this worker's name>`` by a worker
+  process that is gone (its liveness mark stale: :mod:`worker.providers.liveness`). A container
+  of the prefix that another worker owns, or that a live process of this worker's name uses,
+  is never removed: the worker refuses to go on, naming it
+  (:class:`~worker.providers.base.ProviderConflict`). The default prefix,
   ``coda-desktop-<worker name>``, is the worker's own.
 * The engine's failures are the infrastructure's (:class:`~coda.contracts.desktop.ProviderDown`):
   an engine that does not answer, an image that is not there.
@@ -44,20 +46,20 @@ from coda.contracts.desktop import (
     ProviderFault,
 )
 from coda.guestenv import TOKEN_ENV
-from worker.providers.base import GuestLayout, ProviderConflict, log
+from worker.providers.base import GuestLayout, log
 from worker.providers.client import GuestClient, GuestError
 from worker.providers.docker_base import (
-    OWNER_LABEL,
+    INSTANCE_LABEL,
     PREFIX_LABEL,
     ContainerSlot,
     DockerSettings,
-    conflict_message,
+    claim,
     engine_down,
     engine_errors,
-    owners,
     unreachable,
 )
 from worker.providers.image import SCIENCEBOARD_IMAGE
+from worker.providers.liveness import Verdict
 
 AGENT_PORT = 5000
 APPS_PORT = 8000
@@ -69,22 +71,24 @@ __all__ = ["PREFIX_LABEL", "ContainerDesktop", "remove_stale"]
 
 def remove_stale(client: Any, settings: DockerSettings) -> int:
     """Remove the containers an earlier run of this worker left with its prefix (labelled with
-    the prefix and its owner); how many. Containers of the prefix that are not its own are
-    never removed: :class:`ProviderConflict` names them."""
+    the prefix and its name by a process that is gone: :func:`~worker.providers.docker_base.
+    claim`); how many. Containers of the prefix that are not its own, or that a live process
+    of its name uses, are never removed: :class:`~worker.providers.base.ProviderConflict`
+    names them."""
     from docker.errors import NotFound
 
     found = client.containers.list(all=True,
                                    filters={"label": f"{PREFIX_LABEL}={settings.prefix}"})
-    theirs = [c for c in found if (c.labels or {}).get(OWNER_LABEL) != settings.owner]
-    if theirs:
-        raise ProviderConflict(conflict_message(settings, owners(theirs)))
-    for c in found:
+    stale = [c for c, v in claim(client, settings, sorted(c.name for c in found))
+             if v is Verdict.STALE]
+    for c in stale:
         with contextlib.suppress(NotFound):
             c.remove(force=True)
-    if found:
+    if stale:
         log.warning("docker.stale_removed", prefix=settings.prefix,
-                    containers=[c.name for c in found])
-    return len(found)
+                    containers=[c.name for c in stale],
+                    instances=sorted({str((c.labels or {}).get(INSTANCE_LABEL)) for c in stale}))
+    return len(stale)
 
 
 def image_missing(image: str) -> str:

@@ -34,13 +34,21 @@ def _settings(cls: type[Any], options: dict[str, Any], provider: str) -> Any:
 
 def make_provider(name: str, options: dict[str, Any] | None = None, *,
                   screen: tuple[int, int] = (1280, 800), slot_root: Path | None = None,
-                  owner: str | None = None) -> Provider[Any]:
+                  owner: str | None = None, instance: str | None = None,
+                  alive: tuple[float, float] | None = None) -> Provider[Any]:
     """The provider ``name`` with its ``options``; ``owner`` (the worker's name) is whose
     desktops its clean-up may remove, and the default of their names' prefix (docker,
-    vsphere), unless the options say otherwise."""
+    vsphere), unless the options say otherwise; ``instance`` names the worker process and
+    ``alive`` is how often it renews the liveness marks of its desktops and how long one
+    holds (docker, vsphere: :mod:`worker.providers.liveness`)."""
     opts = dict(options or {})
-    if owner is not None and name in ("docker", "vsphere"):
-        opts.setdefault("owner", owner)
+    if name in ("docker", "vsphere"):
+        marks = {"owner": owner, "instance": instance,
+                 "alive_interval_s": alive[0] if alive else None,
+                 "alive_ttl_s": alive[1] if alive else None}
+        for key, value in marks.items():
+            if value is not None:
+                opts.setdefault(key, value)
     if name == "local":
         from worker.providers.local import LocalProvider, LocalSettings
 

@@ -20,11 +20,15 @@ from typing import Any
 from coda.contracts.desktop import BrokenReason, DesktopBroken, ProviderDown, ProviderFault
 from coda.guestenv import TOKEN_KEY
 from worker.providers.base import ProviderConfigError
+from worker.providers.liveness import Mark, parse_time
 from worker.providers.vsphere.settings import VsphereSettings
 
 POLL_S = 0.1  # task state / guest address / power state polling interval
 TOKEN_OPTION = f"guestinfo.{TOKEN_KEY}"
-OWNER_OPTION = "coda.owner"  # extraConfig of a clone: the worker that made it
+OWNER_OPTION = "coda.owner"  # extraConfig of a clone: the worker that made it (its name)
+INSTANCE_OPTION = "coda.instance"  # ... the worker process that made it
+ALIVE_OPTION = "coda.alive"  # ... when that process last renewed it (vSphere's clock, unix s)
+ALIVE_TTL_OPTION = "coda.alive_ttl"  # ... how long a renewal holds (s)
 POWERED_ON = "poweredOn"
 THUMBPRINT_DIGESTS = {40: "sha1", 64: "sha256", 128: "sha512"}
 
@@ -224,18 +228,18 @@ def owner_of(si: Any, vm: Any) -> str | None:
     return found[-1] if found else None
 
 
-def conflict_message(s: VsphereSettings, vms: list[tuple[str, str | None, str]]) -> str:
-    """Why a worker refuses its clone prefix: the VMs of it that are not its own
-    ``(name, owner, power state)``, named with their owners."""
-    owners = sorted({o for _, o, _ in vms if o is not None})
-    listed = ", ".join(f"{n} ({o or 'no owner mark'}{', ' + p if p else ''})"
-                       for n, o, p in vms[:10])
-    who = (f"worker {', '.join(repr(o) for o in owners)}" if owners
-           else "VMs without an owner mark (made by hand or by an older CODA worker)")
-    return (f"clone prefix {s.prefix!r} is in use by {who}: {listed}; this worker "
-            f"({s.owner!r}) never touches VMs it does not own: give it another clone_prefix "
-            "(its default, coda-<worker name>, is its own) or a distinct CODA_WORKER_NAME, or "
-            "remove those VMs")
+def mark_of(extra: list[Any] | None, state: str = "") -> Mark:
+    """A clone's owner marks from its extraConfig (the last value of each key counts)."""
+    values = {str(o.key): str(o.value) for o in extra or []}
+    alive, ttl = values.get(ALIVE_OPTION), values.get(ALIVE_TTL_OPTION)
+    return Mark(owner=values.get(OWNER_OPTION), instance=values.get(INSTANCE_OPTION),
+                alive=parse_time(alive) if alive is not None else None,
+                ttl=parse_time(ttl) if ttl is not None else None, state=state)
+
+
+def server_time(si: Any) -> float:
+    """vSphere's own clock (unix seconds): the one every worker's liveness marks are read on."""
+    return float(si.CurrentTime().timestamp())
 
 
 def walk_snapshots(trees: list[Any] | None) -> Iterator[Any]:

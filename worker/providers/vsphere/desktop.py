@@ -8,6 +8,7 @@ VMware Tools, and its guest server probed. A guest call that fails on a VM that 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,19 +26,22 @@ from coda.contracts.desktop import (
     ProviderDown,
     ProviderFault,
 )
-from worker.providers.base import Desktop, GuestLayout, ProviderConflict, log
+from worker.providers.base import Desktop, GuestLayout, log
 from worker.providers.client import GuestClient
 from worker.providers.image import SCIENCEBOARD_IMAGE
+from worker.providers.liveness import Mark, Verdict, stamp
 from worker.providers.vsphere.api import (
+    ALIVE_OPTION,
+    ALIVE_TTL_OPTION,
+    INSTANCE_OPTION,
     OWNER_OPTION,
     POLL_S,
     POWERED_ON,
     TOKEN_OPTION,
-    conflict_message,
     find_snapshot,
     find_vm,
-    owner_of,
     read_props,
+    server_time,
     task_result,
     typed_error,
     usable_ipv4,
@@ -60,9 +64,13 @@ class CloneSource:
 
 
 class Inventory(Protocol):
-    """What a desktop asks of its provider: the shared connection and the template."""
+    """What a desktop asks of its provider: the shared connection, the template, and the
+    verdict on a VM that has its slot's name (whose it is)."""
 
     def connection(self) -> Any: ...
+
+    def claim(self, si: Any, vms: list[tuple[Any, str]]) -> list[tuple[Any, str, Verdict, Mark]]:
+        ...
 
     def template(self, *, fresh: bool = False) -> CloneSource: ...
 
@@ -87,6 +95,7 @@ class VsphereDesktop(Desktop):
         self.handover = settings.guestinfo_token
         self.ip: str | None = None
         self.cloned = False  # a clone of this slot was made by this process
+        self.busy = threading.RLock()  # held by the VM's own tasks (the renewal skips them)
 
     # vSphere calls ---------------------------------------------------------------------
 
@@ -151,9 +160,9 @@ class VsphereDesktop(Desktop):
 
     def _clone(self) -> None:
         """A new VM ``<prefix>-<slot>`` cloned from the template, with a new token and this
-        worker's owner mark. The template is looked up again when the clone fails (it may have
-        been deleted and put back): a template or snapshot that is not there is
-        :class:`ProviderDown` naming it."""
+        worker process's owner marks (its name, its instance, a liveness mark). The template
+        is looked up again when the clone fails (it may have been deleted and put back): a
+        template or snapshot that is not there is :class:`ProviderDown` naming it."""
         started = time.monotonic()
         for fresh in (False, True):
             try:
@@ -174,7 +183,10 @@ class VsphereDesktop(Desktop):
         from pyVmomi import vim
 
         extra = [vim.option.OptionValue(key=k, value=v) for k, v in source.run_options]
-        extra.append(vim.option.OptionValue(key=OWNER_OPTION, value=self.s.owner))
+        alive = self._call(lambda: server_time(self.si), "the time before cloning")
+        extra += [vim.option.OptionValue(key=k, value=v) for k, v in (
+            (OWNER_OPTION, self.s.owner), (INSTANCE_OPTION, self.s.instance),
+            (ALIVE_OPTION, stamp(alive)), (ALIVE_TTL_OPTION, stamp(self.s.alive_ttl_s)))]
         if self.handover:
             self.token = secret_value(self.s.guest_token) or secrets.token_urlsafe(24)
             extra.append(vim.option.OptionValue(key=TOKEN_OPTION, value=self.token))
@@ -190,15 +202,15 @@ class VsphereDesktop(Desktop):
 
     def _take_name(self) -> None:
         """Before the first clone of this slot in this process: a VM that already has its
-        name is this worker's from before (destroyed) or another's (:class:`ProviderConflict`,
-        never touched)."""
+        name is taken to be destroyed when it is this process's or a stale one of this
+        worker's name; one another worker owns, or a live process of this worker's name uses,
+        is :class:`~worker.providers.base.ProviderConflict` (never touched)."""
         found = self._call(lambda: find_vm(self.si, self.vm_name), "find")
         if found is None:
             return
-        owner = self._call(lambda: owner_of(self.si, found), "read the owner of")
-        if owner != self.s.owner:
-            raise ProviderConflict(conflict_message(self.s, [(self.vm_name, owner, "")]))
-        self.vm = found
+        claimed = self.provider.claim(self.si, [(found, self.vm_name)])
+        if claimed:  # not gone meanwhile: this worker's to destroy
+            self.vm = found
 
     def _destroy(self) -> None:
         """Power off and destroy this slot's clone (one destroyed from outside is fine). One
@@ -234,15 +246,16 @@ class VsphereDesktop(Desktop):
             self._set_token()
 
     def _boot(self) -> GuestClient:
-        if self.s.mode == "clone":
-            if self.vm is None and not self.cloned:
-                self._take_name()
-            self._destroy()
-            self._clone()
-            self.cloned = True
-        else:
-            self._revert_vm()
-        self._power_on()
+        with self.busy:
+            if self.s.mode == "clone":
+                if self.vm is None and not self.cloned:
+                    self._take_name()
+                self._destroy()
+                self._clone()
+                self.cloned = True
+            else:
+                self._revert_vm()
+            self._power_on()
         ip = self.ip = self._guest_ip()
         rewrites = list(SCIENCEBOARD_IMAGE.command_rewrites) if self.s.debian_apps else []
         self.layout = GuestLayout(portlike=self.s.portlike,
@@ -279,13 +292,33 @@ class VsphereDesktop(Desktop):
 
     def _stop(self) -> None:
         try:
-            if self.s.mode == "clone":
-                self._destroy()
-            elif self.vm is not None:
-                self._power_off()
+            with self.busy:
+                if self.s.mode == "clone":
+                    self._destroy()
+                elif self.vm is not None:
+                    self._power_off()
         except DesktopBroken as exc:  # reported; a clone left behind goes at the next start
             log.warning("vsphere.stop_failed", slot=self.slot, vm=self.vm_name,
                         reason=exc.reason, detail=exc.detail)
+
+    def renew_alive(self, si: Any, at: float) -> None:
+        """Renew this clone's liveness mark (``coda.alive``, vSphere's time ``at``); skipped
+        while a task of the VM's own runs (a clone carries a fresh mark from its start)."""
+        from pyVmomi import vim
+
+        if self.s.mode != "clone" or not self.busy.acquire(blocking=False):
+            return
+        try:
+            vm = self.vm
+            if vm is None:
+                return
+            spec = vim.vm.ConfigSpec(extraConfig=[vim.option.OptionValue(key=ALIVE_OPTION,
+                                                                         value=stamp(at))])
+            self._call(lambda: task_result(si, vm.ReconfigVM_Task(spec=spec),
+                                           self.s.call_timeout_s, f"renew {self.vm_name}"),
+                       "renew the liveness mark of")
+        finally:
+            self.busy.release()
 
     def _machine_health(self) -> Health:
         if self.vm is None:

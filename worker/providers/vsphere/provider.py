@@ -1,8 +1,10 @@
 """The ``vsphere`` provider: desktops that are VMs of a vCenter / ESXi, through pyvmomi
 (docs/vsphere.md). One connection for all its desktops (:mod:`.api`), the clones an earlier run
-of this worker left removed at the first connection (never a VM another worker owns), the
-template (clone mode) resolved once and again after a failed clone, and probes that check the
-session and the template or the slot VMs with their snapshots."""
+of this worker left removed at the first connection (never a VM another worker owns, nor one a
+live process of this worker's name uses: :mod:`worker.providers.liveness`), each clone's
+liveness mark renewed while this process lives, the template (clone mode) resolved once and
+again after a failed clone, and probes that check the session and the template or the slot VMs
+with their snapshots."""
 
 from __future__ import annotations
 
@@ -15,14 +17,23 @@ from typing import Any
 
 from coda.contracts.desktop import BrokenReason, DesktopBroken, ProviderDown, ProviderFault
 from worker.providers.base import Provider, ProviderConfigError, ProviderConflict, log
-from worker.providers.vsphere.api import (
-    OWNER_OPTION,
+from worker.providers.liveness import (
+    REFUSED,
+    Mark,
+    Renewer,
+    Verdict,
+    check_alive,
     conflict_message,
+    sort_out,
+)
+from worker.providers.vsphere.api import (
     find_snapshot,
     find_vm,
     list_vms,
+    mark_of,
     normal_thumbprint,
     read_props,
+    server_time,
     smart_connect,
     typed_error,
 )
@@ -43,11 +54,13 @@ class VsphereProvider(Provider[VsphereDesktop]):
                                       "per slot")
         if settings.thumbprint is not None:
             normal_thumbprint(settings.thumbprint)
+        check_alive(settings.alive_interval_s, settings.alive_ttl_s)
         self.settings = settings
         self._si: Any = None
         self._source: CloneSource | None = None
         self._cleaned = False  # the clones an earlier run left were removed
         self._lock = threading.RLock()
+        self._renewer = Renewer("vsphere", settings.alive_interval_s, self._renew)
 
     def probe(self) -> None:
         """Connected and logged in (a new connection after a failure: a restarted server, a
@@ -92,6 +105,8 @@ class VsphereProvider(Provider[VsphereDesktop]):
     def _make(self, slot: int) -> VsphereDesktop:
         if self.settings.mode == "revert" and not 0 <= slot < len(self.settings.vm_names):
             raise ValueError(f"slot {slot}: only {len(self.settings.vm_names)} VMs configured")
+        if self.settings.mode == "clone":
+            self._renewer.start()
         return VsphereDesktop(slot, self.settings, self)
 
     def connection(self) -> Any:
@@ -114,33 +129,76 @@ class VsphereProvider(Provider[VsphereDesktop]):
 
     def remove_stale(self) -> list[str]:
         """Destroy the clones an earlier run of this worker left: the VMs named
-        ``<prefix>-<n>`` marked with its owner. VMs of the prefix that another worker marked
-        (or nobody: made by hand, or by an older worker) are never touched: the worker refuses
-        to go on, naming their owner (:class:`ProviderConflict`)."""
+        ``<prefix>-<n>`` marked with its name by a process that is gone (:meth:`claim`). VMs of
+        the prefix that another worker marked (or nobody: made by hand), or that a live process
+        of this worker's name uses, are never touched: the worker refuses to go on, naming
+        their owner (:class:`ProviderConflict`)."""
         si = self._si
         pattern = re.compile(rf"{re.escape(self.settings.prefix)}-\d+")
         found = [(vm, name) for vm, name in self._guarded(lambda: list_vms(si), "list VMs")
                  if pattern.fullmatch(name)]
-        mine, others = [], []
-        for vm, name in found:
-            props = self._guarded(partial(read_props, si, vm, [
-                "config.extraConfig", "runtime.powerState"]), f"read {name}")
-            owner = next((str(o.value) for o in reversed(props.get("config.extraConfig") or [])
-                          if o.key == OWNER_OPTION), None)
-            if owner == self.settings.owner:
-                mine.append((vm, name))
-            else:
-                others.append((name, owner, str(props.get("runtime.powerState", ""))))
-        if others:
-            raise ProviderConflict(conflict_message(self.settings, others))
-        for vm, name in mine:
+        stale = [(vm, name, mark) for vm, name, v, mark in self.claim(si, found)
+                 if v is Verdict.STALE]
+        for vm, name, _ in stale:
             d = VsphereDesktop(0, self.settings, self)
             d.vm, d.vm_name = vm, name
             d._stop()
-        if mine:
+        if stale:
             log.warning("vsphere.stale_removed", prefix=self.settings.prefix,
-                        vms=[name for _, name in mine])
-        return [name for _, name in mine]
+                        vms=[name for _, name, _ in stale],
+                        instances=sorted({str(m.instance) for _, _, m in stale}))
+        return [name for _, name, _ in stale]
+
+    def claim(self, si: Any, vms: list[tuple[Any, str]]) -> list[tuple[Any, str, Verdict, Mark]]:
+        """The verdicts on VMs with this provider's slot names, by their owner marks: this
+        process's (``MINE``) or a process's of this worker name that is gone (``STALE``: its
+        liveness mark watched until it is decided, at most its TTL). One that another worker
+        owns, that carries no owner mark, or that a live process of this worker's name uses
+        is :class:`ProviderConflict` naming it, and none is touched."""
+        from pyVmomi import vmodl
+
+        s = self.settings
+        by_name = {name: vm for vm, name in vms}
+
+        def read() -> dict[str, Mark]:
+            marks = {}
+            for vm, name in vms:
+                try:
+                    props = read_props(si, vm, ["config.extraConfig", "runtime.powerState"])
+                except vmodl.fault.ManagedObjectNotFound:
+                    continue  # destroyed meanwhile (its owner's reset)
+                marks[name] = mark_of(props.get("config.extraConfig"),
+                                      str(props.get("runtime.powerState", "")))
+            return marks
+
+        decided = self._guarded(lambda: sort_out(
+            read, owner=s.owner, instance=s.instance, ttl_s=s.alive_ttl_s,
+            now=lambda: server_time(si)), "read the owner marks")
+        refused = sorted((n, v, m) for n, (v, m) in decided.items() if v in REFUSED)
+        if refused:
+            now = self._guarded(lambda: server_time(si), "the time")
+            raise ProviderConflict(conflict_message(
+                option="clone_prefix", prefix=s.prefix, kind="VMs", owner=s.owner,
+                instance=s.instance, found=refused, now=now,
+                fix="give each worker process its own clone_prefix (its default, "
+                    "coda-<worker name>, is its own) or CODA_WORKER_NAME (two workers on one "
+                    "host share the default name, the host's), or stop that worker or remove "
+                    "those VMs"))
+        return [(by_name[n], n, v, m) for n, (v, m) in decided.items()]
+
+    def _renew(self) -> None:
+        """One round of the liveness marks of this process's clones (the renewer's thread);
+        not connected: nothing to renew now."""
+        si = self._si
+        if si is None:
+            return
+        at = self._guarded(lambda: server_time(si), "the time")
+        for d in list(self._desktops.values()):
+            try:
+                d.renew_alive(si, at)
+            except DesktopBroken as exc:
+                log.warning("vsphere.alive_failed", slot=d.slot, vm=d.vm_name,
+                            detail=exc.detail)
 
     def template(self, *, fresh: bool = False) -> CloneSource:
         """The template VM, its snapshot (linked clones) and the clones' folder, resource pool
@@ -203,6 +261,7 @@ class VsphereProvider(Provider[VsphereDesktop]):
         return found
 
     def close(self) -> None:
+        self._renewer.stop()
         super().close()
         with self._lock:
             si, self._si = self._si, None

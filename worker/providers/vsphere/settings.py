@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import SecretStr
 
 from worker.providers.base import owner_slug
+from worker.providers.liveness import ALIVE_INTERVAL_S, ALIVE_TTL_S, new_instance
 
 
 @dataclass
@@ -24,6 +25,9 @@ class VsphereSettings:
     clone_prefix: str | None = None  # clone: slot VMs are <prefix>-<slot> (coda-<owner>)
     owner: str = field(default_factory=socket.gethostname)  # the worker's name (its clones
     # carry it in extraConfig coda.owner; its clean-up removes only those)
+    instance: str = field(default_factory=new_instance)  # this worker process (coda.instance)
+    alive_interval_s: float = ALIVE_INTERVAL_S  # renew each clone's coda.alive this often
+    alive_ttl_s: float = ALIVE_TTL_S  # a coda.alive not renewed for this long is stale
     linked: bool = True  # clone: linked clones of the template's snapshot (else full copies)
     folder: str | None = None  # clone: inventory path of the clones' folder (template's)
     resource_pool: str | None = None  # clone: inventory path (template's, or its host's root)
