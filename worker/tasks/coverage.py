@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
@@ -31,6 +32,7 @@ from worker.tasks.adapters.grass.adapter import GRASS
 from worker.tasks.adapters.grass.checkers import data_blocker
 from worker.tasks.adapters.grass.steps import FALLBACK_TERMINAL, TERMINAL
 from worker.tasks.checkers import GENERIC_CHECKERS
+from worker.tasks.expr import UnsafeExpression, compile_lambda
 from worker.tasks.setup import OSWORLD_STEPS, SCIENCEBOARD_STEPS
 
 BUILTIN_CHECKERS = frozenset({"stop", "osworld"})
@@ -55,8 +57,26 @@ class _Counter:
         return self.apps.setdefault(name.lower(), AppCoverage(app=name))
 
 
+EXPRESSION_FIELDS = ("key", "pred", "find", "value")
+
+
+def refused_expressions(item: dict[str, Any]) -> list[str]:
+    """Why each lambda of a checker item that the safe subset refuses cannot run (such a check
+    is always undecided, so its task has no real verdict; :mod:`worker.tasks.expr`)."""
+    out = []
+    for name in EXPRESSION_FIELDS:
+        source = item.get(name)
+        if isinstance(source, str) and source.strip().startswith("lambda"):
+            try:
+                compile_lambda(source)
+            except UnsafeExpression as exc:
+                out.append(f"its {name!r} ({str(exc).split(' in ')[0][:60]})")
+    return out
+
+
 def missing_pieces(task: TaskSpec) -> list[str]:
-    """Setup steps and checkers of ``task`` this project does not implement."""
+    """Setup steps and checkers of ``task`` this project does not implement, and checker
+    expressions it refuses to run."""
     out = []
     for step in task.setup:
         known = (OSWORLD_STEPS.get(step.func) if task.source.format is TaskFormat.OSWORLD
@@ -68,6 +88,8 @@ def missing_pieces(task: TaskSpec) -> list[str]:
         if (kind not in BUILTIN_CHECKERS and app_checker(task.app, kind) is None
                 and kind not in GENERIC_CHECKERS):
             out.append(f"checker {kind!r}")
+        out += [f"checker {kind!r} expression {why}" for why in refused_expressions(
+            ev.model_dump())]
     return out
 
 
