@@ -2,9 +2,13 @@
 
 1. **run**: the warm-started tiny planner, GRPO on the rewards, until a version reaches the
    target success rate (default 90 %) or ``--updates`` updates;
-2. **control**: the very same warm start (cached) and loop, but each group's rewards shuffled
-   among its plans (``--control zero``: every advantage zero), for as many updates as the run
-   took (``--control-updates`` at least); it must not rise beyond its noise.
+2. **control**: the very same warm start (cached) and loop under a control, for as many updates
+   as the run took (``--control-updates`` at least). ``derangement`` (the default; old name
+   ``shuffle``) gives every plan another plan's reward: an ANTI-learning control, which pushes
+   the policy the wrong way and is expected to fall. ``uniform`` permutes each group's rewards
+   uniformly (a plan may keep its own): a null whose expected advantage is zero, though every
+   update still moves the policy. ``zero`` takes no optimizer step at all: every version is the
+   warm start, so its curve is the measurement's noise alone.
 
 Both are real runs of :class:`coda_app.learning.run.ClosedLoop` (master, worker, desktops with
 KAlgebra, judge, group jobs, trainer, versions pulled by the planner service); the curves by
@@ -33,6 +37,15 @@ from trainer.config import RewardControl
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "learning.json"
 log = get_logger("benchmarks.learning")
+CONTROLS = {
+    RewardControl.DERANGEMENT: "anti-learning: each plan trains on another plan's reward "
+                               "(expected advantage -1/(G-1) of its own); expected to fall",
+    RewardControl.UNIFORM: "null: rewards permuted uniformly within each group (expected "
+                           "advantage zero); the policy still moves",
+    RewardControl.ZERO: "no optimizer step: every version is the warm start; the measurement's "
+                        "noise alone",
+}
+"""What each control can show (the summary carries it with the control's figures)."""
 
 
 def summary(run: LearnResult, control: LearnResult | None) -> dict[str, Any]:
@@ -56,7 +69,9 @@ def summary(run: LearnResult, control: LearnResult | None) -> dict[str, Any]:
     if control is not None:
         rates = [m.rate for m in control.curve if m.rate is not None]
         out["control"] = {
-            "reward_control": control.reward_control, "updates": len(control.updates),
+            "reward_control": control.reward_control,
+            "meaning": CONTROLS.get(RewardControl(control.reward_control), ""),
+            "updates": len(control.updates),
             "first_rate": rates[0] if rates else None, "last_rate": rates[-1] if rates else None,
             "max_rate": max(rates) if rates else None, "rise": round(control.rise(), 4),
             "first_ci": [control.curve[0].ci_low, control.curve[0].ci_high]
@@ -77,8 +92,10 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=20)
     p.add_argument("--rollouts", type=int, default=8, help="per task, per version measured")
     p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--control", choices=["shuffle", "zero", "none"], default="shuffle",
-                   help="the control run ('none': no control)")
+    p.add_argument("--control", choices=[*(c.value for c in RewardControl), "shuffle"],
+                   default=RewardControl.DERANGEMENT.value,
+                   help="the control run: derangement (old name shuffle), uniform or zero "
+                        "('none': no control)")
     p.add_argument("--control-updates", type=int, default=8,
                    help="the control's updates at least (else as many as the run took)")
     p.add_argument("--provider", default="local")

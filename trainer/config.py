@@ -26,15 +26,34 @@ class Aggregation(StrEnum):
 
 
 class RewardControl(StrEnum):
-    """A control experiment on the rewards the trainer learns from (:mod:`trainer.grpo.losses`):
-    a run that learns must not learn with them."""
+    """A control experiment on what the trainer learns from (:mod:`trainer.grpo.losses`,
+    ``docs/trainer.md``): a run that learns must do better than each of them."""
 
     NONE = "none"
-    SHUFFLE = "shuffle"
-    """Each group's rewards permuted among its plans (seeded by the group): no plan keeps its
-    own reward."""
+    DERANGEMENT = "derangement"
+    """The ANTI-learning control: each group's rewards permuted among its plans by a derangement
+    (seeded by the group), so no plan keeps its own. In expectation a plan then gets the mean
+    of the OTHER plans' rewards, i.e. ``-1/(G-1)`` of its own advantage: the policy is pushed
+    the wrong way, and a falling curve is what it should show. ``shuffle`` is its old name
+    (still accepted)."""
+    UNIFORM = "uniform"
+    """A null: each group's rewards permuted by a uniform random permutation (seeded by the
+    group; a plan may keep its own reward). In expectation every advantage is zero, but each
+    update still moves the policy (towards plans picked at random)."""
     ZERO = "zero"
-    """Each group's rewards replaced by their mean: every advantage is zero."""
+    """No optimizer step at all: the trainer leases, consumes and measures the groups and
+    publishes versions, but the weights (and the optimizer's state) never change; every
+    version is the starting policy. The loop's measurement noise alone."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> RewardControl | None:
+        if isinstance(value, str) and value.lower() in DEPRECATED_CONTROLS:
+            return cls(DEPRECATED_CONTROLS[value.lower()])
+        return None
+
+
+DEPRECATED_CONTROLS = {"shuffle": "derangement"}
+"""Old names of the controls, still accepted (configs, environments, command lines)."""
 
 
 class Precision(StrEnum):
@@ -152,8 +171,10 @@ class TrainerConfig(BaseSettings):
     seed: int = Field(default=0, description="torch seed")
     reward_control: RewardControl = Field(
         default=RewardControl.NONE,
-        description="a control experiment: 'shuffle' permutes each group's rewards among its "
-                    "plans, 'zero' sets every advantage to zero ('none': train on the rewards)")
+        description="a control experiment: 'derangement' (alias 'shuffle') gives each plan "
+                    "another plan's reward (anti-learning), 'uniform' permutes each group's "
+                    "rewards uniformly (a null), 'zero' takes no optimizer step at all (the "
+                    "weights never change); 'none' trains on the rewards")
 
     # --- the loop -----------------------------------------------------------------------------
     publish_every: int = Field(default=1, ge=1, description="publish a version every K updates")

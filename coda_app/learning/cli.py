@@ -16,7 +16,7 @@ from coda_app.cli_options import LogFormat, LogFormatOption, json_logs
 from coda_app.learning.curriculum import CurriculumError
 from coda_app.learning.result import LearnResult
 from coda_app.learning.settings import LearnSettings
-from trainer.config import RewardControl, overrides
+from trainer.config import overrides
 
 console = Console(stderr=True)
 
@@ -47,8 +47,10 @@ def learn(
     target: Annotated[float | None, typer.Option(help="success rate to reach")] = None,
     stop_at_target: Annotated[bool | None, typer.Option(
         help="stop once a version reaches the target")] = None,
-    control: Annotated[RewardControl | None, typer.Option(
-        help="a control run: shuffle or zero the rewards")] = None,
+    control: Annotated[str | None, typer.Option(
+        help="a control run: 'derangement' (anti-learning: each plan gets another plan's "
+             "reward; old name 'shuffle'), 'uniform' (rewards permuted uniformly: a null) or "
+             "'zero' (no optimizer step: the loop's noise); 'none' trains")] = None,
     provider: Annotated[str | None, typer.Option(help="local or docker desktops")] = None,
     slots: Annotated[int | None, typer.Option(help="desktops at once")] = None,
     home: Annotated[Path | None, typer.Option(help="runs and the warm start go here")] = None,

@@ -56,8 +56,10 @@ class LearnSettings(BaseSettings):
                                  description="rounds in a row without an update before giving up")
     reward_control: RewardControl = Field(
         default=RewardControl.NONE,
-        description="a control run: 'shuffle' (rewards permuted within each group) or 'zero' "
-                    "(advantages zero); 'none' trains on the rewards")
+        description="a control run: 'derangement' (old name 'shuffle': each plan trains on "
+                    "another plan's reward, the anti-learning control), 'uniform' (each "
+                    "group's rewards permuted uniformly: a null) or 'zero' (no optimizer step: "
+                    "every version is the warm start); 'none' trains on the rewards")
     group_size: int = Field(default=8, ge=2, le=64, description="G plans per GRPO group")
     max_steps: int = Field(default=6, ge=1, le=100, description="steps per episode at most")
     temperature: float = Field(default=1.0, gt=0, le=2,

@@ -6,7 +6,8 @@ One update::
     -> ack at once, untrained: groups already in the checkpoint's ledger (consumed), groups
        sampled by a version outside the staleness window, all-equal rewards, unreadable data
        (dropped, counted by reason)
-    -> GRPO step on the rest (trainer.grpo.update)
+    -> GRPO step on the rest (trainer.grpo.update); under the ``zero`` control only its
+       figures, no step: the weights never change and every version is the starting policy
     -> checkpoint (weights, optimizer, ledger with the pending acks) -> ack them consumed
     -> figures to the master (and TensorBoard) -> every K updates a new version goes live
 
@@ -32,7 +33,7 @@ from coda.clients.master import MasterClient
 from coda.contracts.master_api import GroupLeaseRequest
 from coda.contracts.training import GroupRecord, GroupStatus, TrainingMetricsReport
 from coda.logging import get_logger
-from trainer.config import TrainerConfig
+from trainer.config import RewardControl, TrainerConfig
 from trainer.data import (
     EncodedGroup,
     GroupDataError,
@@ -219,10 +220,14 @@ class Trainer:
         await self._ack(immediate)
         if not encoded:
             return report
+        # the 'zero' control: the update is measured, never taken (weights, optimizer and
+        # scheduler untouched), so every version it publishes is the starting policy
+        step = self.cfg.reward_control is not RewardControl.ZERO
         metrics = train_step(self.model, self.optimizer, [e for _, e in encoded],
                              loss_settings(self.cfg), self.dist.parallel(self.model),
-                             self.ref_model, self.cfg.max_grad_norm)
-        self.scheduler.step()
+                             self.ref_model, self.cfg.max_grad_norm, step=step)
+        if step:
+            self.scheduler.step()
         self.state.update += 1
         self.state.count("consumed", len(encoded))
         self.state.remember([str(rec.id) for rec, _ in encoded])

@@ -40,25 +40,48 @@ def has_signal(rewards: Tensor, tol: float = 1e-8) -> bool:
     return bool((rewards.max() - rewards.min()).abs() > tol)
 
 
+def derangement(n: int, seed: str | int) -> list[int]:
+    """A permutation of ``range(n)`` with no fixed point (``n >= 2``), seeded by ``seed``
+    (pure): plan ``i`` gets plan ``perm[i]``'s reward, never its own. A uniformly random cycle
+    order rotated by a random shift in ``1..n-1``, so ``perm[i]`` is uniform over the other
+    ``n - 1`` plans."""
+    if n < 2:
+        raise ValueError("a derangement needs at least two elements")
+    rng = random.Random(str(seed))
+    order = list(range(n))
+    shift = rng.randrange(1, n)  # a rotation after a shuffle: every plan moves
+    rng.shuffle(order)
+    moved = [0] * n
+    for i, j in enumerate(order):
+        moved[j] = order[(i + shift) % n]
+    return moved
+
+
+def uniform_permutation(n: int, seed: str | int) -> list[int]:
+    """A uniformly random permutation of ``range(n)`` seeded by ``seed`` (pure; Fisher-Yates):
+    a plan keeps its own reward with probability ``1/n``."""
+    rng = random.Random(str(seed))
+    order = list(range(n))
+    rng.shuffle(order)
+    return order
+
+
 def controlled_rewards(rewards: list[float], control: RewardControl | str,
                        seed: str | int) -> list[float]:
-    """The rewards a control run trains on (pure): unchanged, permuted among the group's plans
-    (``shuffle``, a derangement seeded by ``seed``, e.g. the group's id: no plan keeps its own
-    reward where the rewards differ), or all equal to their mean (``zero``)."""
+    """The rewards a control run gives the plans of one group (pure; ``seed`` is e.g. the
+    group's id). ``none`` and ``zero`` leave them as they are (``zero`` takes no optimizer step
+    at all: :class:`trainer.grpo.loop.Trainer`); ``derangement`` (old name ``shuffle``) gives
+    every plan another plan's reward (:func:`derangement`), so in expectation a plan's advantage
+    is ``-1/(G-1)`` of its own: an ANTI-learning control; ``uniform`` permutes them uniformly
+    (:func:`uniform_permutation`; expected advantage zero: a null)."""
     control = RewardControl(control)
-    if control is RewardControl.NONE or len(rewards) < 2:
+    if control in (RewardControl.NONE, RewardControl.ZERO) or len(rewards) < 2:
         return list(rewards)
-    if control is RewardControl.ZERO:
-        mean = sum(rewards) / len(rewards)
-        return [mean] * len(rewards)
-    rng = random.Random(str(seed))
-    order = list(range(len(rewards)))
-    shift = rng.randrange(1, len(rewards))  # a rotation after a shuffle: every plan moves
-    rng.shuffle(order)
-    moved = [0] * len(rewards)
-    for i, j in enumerate(order):
-        moved[j] = order[(i + shift) % len(order)]
-    return [rewards[moved[i]] for i in range(len(rewards))]
+    if control is RewardControl.DERANGEMENT:
+        perm = derangement(len(rewards), seed)
+    else:
+        perm = uniform_permutation(len(rewards), seed)
+    return [rewards[perm[i]] for i in range(len(rewards))]
 
 
 def group_advantages(rewards: Tensor, *, scale_std: bool = True, eps: float = 1e-4) -> Tensor:

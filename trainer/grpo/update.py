@@ -181,9 +181,13 @@ def _reduce(acc: Accumulator, par: Parallel) -> Accumulator:
 
 def train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[EncodedGroup],
                s: LossSettings, par: Parallel = Parallel(), ref_model: Any | None = None,
-               max_grad_norm: float | None = None) -> dict[str, float]:
+               max_grad_norm: float | None = None, *, step: bool = True) -> dict[str, float]:
     """One update on ``groups`` (the whole batch, identical in every process). Returns the
-    update's metrics (reduced over processes)."""
+    update's metrics (reduced over processes). ``step=False`` only measures (the ``zero``
+    control): one pass without gradients, no backward, no optimizer step, so every parameter
+    and the optimizer's state stay exactly as they were."""
+    if not step:
+        return measure_step(model, groups, s, par, ref_model)
     start = time.perf_counter()
     denominator = aggregate_denominator(total_lengths(groups), s.aggregation, s.norm_len)
     batches, steps = _micro_batches(groups, s.groups_per_micro_step, par.rank, par.world)
@@ -216,7 +220,29 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, groups: list[Encode
         optimizer.zero_grad(set_to_none=True)
     total = _reduce(acc, par)
     elapsed = time.perf_counter() - start
-    return summarize(total, elapsed, grad_norm)
+    return {**summarize(total, elapsed, grad_norm), "optimizer_step": 1.0}
+
+
+def measure_step(model: Any, groups: list[EncodedGroup], s: LossSettings,
+                 par: Parallel = Parallel(), ref_model: Any | None = None) -> dict[str, float]:
+    """The figures of an update on ``groups`` (loss, rewards, importance weights, ...) without
+    taking it: forward passes under ``torch.no_grad`` in eval mode (no dropout, no state of any
+    layer changes), no backward, no optimizer step. ``optimizer_step`` is 0 in the figures."""
+    start = time.perf_counter()
+    denominator = aggregate_denominator(total_lengths(groups), s.aggregation, s.norm_len)
+    batches, _ = _micro_batches(groups, s.groups_per_micro_step, par.rank, par.world)
+    acc = Accumulator()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for micro in batches:
+                for g in micro:
+                    _group_loss(model, g, s, denominator, None, ref_model, acc, record=True)
+    finally:
+        model.train(was_training)
+    total = _reduce(acc, par)
+    return {**summarize(total, time.perf_counter() - start, 0.0), "optimizer_step": 0.0}
 
 
 def summarize(acc: Accumulator, elapsed: float, grad_norm: float) -> dict[str, float]:
