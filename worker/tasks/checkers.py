@@ -2,7 +2,9 @@
 
 ScienceBoard semantics (``sci/base/task.py``): every ``stop`` item must match how the agent
 ended (``DONE`` / ``FAIL`` / ``ANS`` with exactly the task's answer words); the other items are
-the application's checkers, all of which must pass. OSWorld evaluators go to
+the application's checkers, all of which must pass. With the worker's
+``CODA_WORKER_CHECKER_ERRATA`` on, a Celestia answer known to be wrong is judged by its corrected
+answers (:mod:`worker.tasks.adapters.celestia.errata`). OSWorld evaluators go to
 :mod:`worker.tasks.osworld_eval`. The verdict: success when every checker passed, failure when
 one failed, *undecided* when one could not decide (unsupported, unavailable, error), and
 *no_checker* for a task without checkers (the judge decides).
@@ -24,6 +26,7 @@ from coda.contracts.desktop import (
 from worker.providers.client import GuestError
 from worker.tasks.adapters import app_checker
 from worker.tasks.adapters.base import CheckHandler
+from worker.tasks.adapters.celestia import errata as answer_errata
 from worker.tasks.adapters.texstudio import TEXSTUDIO
 from worker.tasks.context import CheckError, TaskContext
 from worker.tasks.osworld_eval import run_osworld
@@ -61,7 +64,9 @@ def check_stop(item: dict[str, Any], end: EpisodeEnd) -> CheckResult:
 def run_item(ctx: TaskContext, item: dict[str, Any], end: EpisodeEnd) -> CheckResult:
     kind = str(item.get("type", ""))
     if kind == "stop":
-        return check_stop(item, end)
+        result = check_stop(item, end)
+        erratum = answer_errata.for_stop(ctx.task, item) if ctx.errata else None
+        return result if erratum is None else answer_errata.apply(erratum, end, result)
     if kind == "osworld":
         return run_osworld(ctx, item, end)
     handler = app_checker(ctx.task.app, kind) or GENERIC_CHECKERS.get(kind)
