@@ -380,6 +380,18 @@ def _chart(title: str, run: dict[str, Any]) -> list[str]:
             f"    bar [{values}]", f"    line [{values}]", "```", ""]
 
 
+
+CONTROL_NAMES = {"shuffle": "derangement", "derangement": "derangement", "uniform": "uniform",
+                 "zero": "zero"}  # `shuffle`: what the derangement was called before
+CONTROL_MEANINGS = {
+    "derangement": "each group's rewards permuted so that no plan keeps its own (an "
+                   "anti-learning control: each plan gets -1/(G-1) of its advantage in "
+                   "expectation)",
+    "uniform": "each group's rewards permuted uniformly at random (a null: a plan may keep "
+               "its own)",
+    "zero": "no optimizer step at all (a null: the warm start measured again)",
+}
+
 def render_learning(results: Path) -> list[str]:
     """The closed-loop run and its control: figures, both curves drawn, and the table behind
     them (version, success with its interval, the update's mean group reward)."""
@@ -390,11 +402,12 @@ def render_learning(results: Path) -> list[str]:
     if data is None:
         return [*lines, f"{src}: not measured yet.", ""]
     summary = data.get("summary", {})
+    control = summary.get("control") or {}
+    kind = CONTROL_NAMES.get(str(control.get("reward_control")), "derangement")
     lines += [f"{src}; measured {data.get('created_at', '?')}. Success rates are the tasks' "
               "own checkers on fresh episodes of each planner version, with 95 % Wilson "
-              "intervals; the control is the same run with each group's rewards shuffled "
-              "among its plans.", "", "| figure | value |", "| --- | ---: |"]
-    control = summary.get("control") or {}
+              f"intervals; the control (`{kind}`) is the same run with "
+              f"{CONTROL_MEANINGS[kind]}.", "", "| figure | value |", "| --- | ---: |"]
     rows = [
         ("warm start (stage-2 SFT) success", _pct(summary.get("warm_start_rate"))),
         ("target", _pct((data.get("run") or {}).get("target"))),
@@ -420,7 +433,7 @@ def render_learning(results: Path) -> list[str]:
     lines += [f"| {label} | {value} |" for label, value in rows]
     lines.append("")
     for key, title in (("run", "run: success per version"),
-                       ("control", "control (rewards shuffled): success per version")):
+                       ("control", f"control ({kind}): success per version")):
         run = data.get(key)
         if not run:
             continue
