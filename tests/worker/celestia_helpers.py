@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from coda.actions import Hotkey, Press, RightClick, TypeText
+from coda.actions import Hotkey, Press, RightClick, Scroll, TypeText
 from coda.contracts.desktop import EpisodeEnd
 from coda.logging import get_logger
 from coda.tasks import load_task_file
@@ -116,9 +116,12 @@ def select(desktop: Desktop, name: str) -> None:
     act(desktop, Press(key="enter"), TypeText(text=name), Press(key="enter"))
 
 
+STAR_GOTO_RADII = 200.0  # a goto stops about 100 radii from a star (10 from a body)
+
+
 def go_to(name: str, kind: int = BODY) -> Solution:
     """Select ``name`` and go to it (G); done when the observer has arrived (within 10 radii
-    of its surface and no longer moving towards it)."""
+    of its surface, :data:`STAR_GOTO_RADII` of a star's, and no longer moving towards it)."""
     def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
         select(desktop, name)
         act(desktop, TypeText(text="g"))
@@ -126,7 +129,7 @@ def go_to(name: str, kind: int = BODY) -> Solution:
 
         def arrived() -> bool:
             entity = state(ctx, (name, kind))["entity"][name]
-            done = near_and_still(last[0], entity, 10.0)
+            done = near_and_still(last[0], entity, STAR_GOTO_RADII if kind == STAR else 10.0)
             last[0] = float(entity["distance"])
             return done
 
@@ -238,6 +241,41 @@ def hide(name: str) -> Solution:
     return solve
 
 
+EARTH_MOON_VIEW_KM = 1.5e6  # the Moon's orbit within 15 degrees of a centred Earth
+
+
+def earth_and_moon_in_view() -> Solution:
+    """Select Earth, centre it (C), and back away from it with the mouse wheel over the 3D view
+    (a few clicks a poll, the other way if the distance shrank) until the observer is
+    :data:`EARTH_MOON_VIEW_KM` from it: the Moon's orbit is then within the view; done when the
+    dump says both are visible."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        select(desktop, "Earth")
+        act(desktop, TypeText(text="c"))
+        wait_for(lambda: state(ctx, ("Earth", BODY))["entity"]["Earth"]["visible"],
+                 "Earth centred and visible", WAIT_S)
+        way: list[Literal["up", "down"]] = ["up"]
+        last: list[float] = []
+
+        def far() -> bool:
+            distance = float(state(ctx, ("Earth", BODY))["entity"]["Earth"]["distance"])
+            if distance > EARTH_MOON_VIEW_KM:
+                return True
+            if last and distance < last[-1]:
+                way[0] = "down" if way[0] == "up" else "up"
+            last.append(distance)
+            at = view_middle(ctx)
+            act(desktop, Scroll(x=at.x, y=at.y, direction=way[0], amount=3))
+            return False
+
+        wait_for(far, f"the observer {EARTH_MOON_VIEW_KM:g} km from Earth", WAIT_S, interval=1.0)
+        entities = (("Earth", BODY), ("Moon", BODY))
+        wait_for(lambda: all(e["visible"] for n, e in state(ctx, *entities)["entity"].items()
+                             if n != "observer"), "Earth and the Moon visible", WAIT_S)
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
 SET_TIME = "Set Time"
 JULIAN_DATE_FIELD = 7  # Time Zone, year, month, day, hours, minutes, seconds, Julian Date
 
@@ -296,8 +334,13 @@ def auto_magnitude(value: float) -> Callable[[dict[str, Any]], bool]:
 # Preferences: tabs from the first, and check boxes in their page's focus order
 GUIDES, LABELS = 1, 2
 DWARF_PLANET_ORBITS, MOON_ORBITS = 6, 7  # Show orbits, Fading, Partial, Stars, Planets, ...
+# ... Minor moons, Asteroids, Comets, Spacecraft; grids: Equatorial, Ecliptic, ...; Galactic,
+# Horizontal; Diagrams, Boundaries, Latin names; Markers, Ecliptic line
+ECLIPTIC_GRID, ECLIPTIC_LINE = 13, 20
 OPEN_CLUSTER_LABELS = 11  # Stars, Planets, ... Galaxies, Nebulae, Open clusters
 
+
+ECLIPSE_JD = 2460409.1682  # B-12's answer: 2024-04-08, the Moon before the Sun
 
 # task: (checker families, wrong solution, right solution)
 CASES: dict[str, tuple[list[str], Solution, Solution]] = {
@@ -351,6 +394,20 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # near Dysnomia, its frame axes and sun direction (marks); wrong: the frame axes only
     "B-05": (["info"], then(go_to("Dysnomia"), reference_mark("Dysnomia", "f", "frameAxes")),
              reference_mark("Dysnomia", "s", "sunDirection")),
+    # near Sirius A, the brightest star within 20 ly (star distance); wrong: Procyon A, the
+    # next brightest
+    "B-06": (["info"], go_to("Procyon A", STAR), go_to("Sirius A", STAR)),
+    # a solar eclipse seen from near Earth: the Moon in view, hiding Sol, within 8 degrees of
+    # the Sun-Earth line (the geometry check, worker/tasks/expr.py's arithmetic); wrong: the
+    # same view three days later
+    "B-12": (["info"], then(julian_date(ECLIPSE_JD + 3), go_to("Moon")),
+             then(julian_date(ECLIPSE_JD), go_to("Earth"), go_to("Moon"))),
+    # Earth and the Moon in view, the ecliptic line and grid (visibility, render flags);
+    # wrong: the line only
+    "B-10": (["info"], then(preferences(GUIDES, (ECLIPTIC_LINE, render("ecliptic"),
+                                                 "the ecliptic line")),
+                            earth_and_moon_in_view()),
+             preferences(GUIDES, (ECLIPTIC_GRID, render("eclipticGrid"), "the ecliptic grid"))),
     # go to Iapetus (distance); wrong: Titan
     "D-01": (["info"], go_to("Titan"), go_to("Iapetus")),
     # Uranus's moons without the minor ones (answer)
