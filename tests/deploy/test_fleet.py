@@ -254,8 +254,13 @@ def fleet(engine: list[str], tmp_path_factory: pytest.TempPathFactory  # noqa: F
             "CODA_MASTER_URL": master_url, "CODA_WORKER_TOKEN": tok[f"w{i}"],
             "CODA_WORKER_NAME": f"{prefix}-vm{i}", "CODA_WORKER_SLOTS": "1",
             "CODA_WORKER_JOB_SLOTS": "1", "CODA_WORKER_PROVIDER": "docker",
+            # desktops' liveness marks on the fleet's own time scale: a worker back after a
+            # kill takes its desktops for stale once their mark is older than the TTL (the
+            # default 120 s kept the comeback from taking work before the others had finished
+            # the batch it was meant to share)
             "CODA_WORKER_PROVIDER_OPTIONS": json.dumps(
-                {"image": project_image("desktop"), "name_prefix": desktop_prefix}),
+                {"image": project_image("desktop"), "name_prefix": desktop_prefix,
+                 "alive_interval_s": HEARTBEAT_S, "alive_ttl_s": LEASE_TTL_S}),
             "CODA_WORKER_PLANNER_URL": f"{loopback}:{ports['planner']}",
             "CODA_WORKER_EXECUTOR_URL": f"{loopback}:{ports['executor']}",
             "CODA_WORKER_JUDGE_URL": f"{loopback}:{ports['judge']}",
