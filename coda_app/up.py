@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import httpx
@@ -25,6 +27,8 @@ from coda_app.stack_shape import StackShape
 from coda_app.supervise import Child, GaveUp, Supervisor
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from coda_app.embedded.services import ServiceUrls
     from coda_app.stack import Stack
 
@@ -122,11 +126,14 @@ class UpStack:
             admin_token=tokens.admin_token, worker_tokens=[tokens.worker_token],
             artifacts_url=str(opts.home / "artifacts"),
             coverage_file=_local_coverage(opts.home))
-        self.server = uvicorn.Server(uvicorn.Config(
+        self.server = _master_server(uvicorn.Config(
             create_app(settings, supervised=self.supervisor.status), host=opts.host,
-            port=opts.port, log_config=None, access_log=False))
+            port=opts.port, log_config=None, access_log=False), before_exit=self._stop_stack)
         self.stack = None if opts.master_only else _model_stack(opts, tokens)
         self.gave_up: GaveUp | None = None
+        self._stack_up = False  # started in full: stopped before the master on Ctrl-C
+        self._stack_stopped = False
+        self._stop_lock = threading.Lock()
 
     @property
     def admin_token(self) -> str:
@@ -139,11 +146,22 @@ class UpStack:
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(self._serve())
         finally:
-            self.supervisor.close()
-            if self.stack is not None:
-                console.print("stopping the worker, trainer and model services ...")
-                self.stack.stop()
+            self._stop_stack(started_or_not=True)
         return self.gave_up is None
+
+    def _stop_stack(self, *, started_or_not: bool = False) -> None:
+        """Stop the worker, trainer and model services, once. While the master still serves
+        (Ctrl-C, SIGTERM, a child that keeps dying: called before the master stops) only a
+        stack that is up; after the master stopped (``started_or_not``) whatever started."""
+        with self._stop_lock:
+            if self.stack is None or self._stack_stopped:
+                return
+            if not (self._stack_up or started_or_not):
+                return
+            self._stack_stopped = True
+            self.supervisor.close()
+            console.print("stopping the worker, trainer and model services ...")
+            self.stack.stop()
 
     async def _serve(self) -> None:
         """The run loop: the master first; once it listens, the supervision, the model
@@ -199,6 +217,7 @@ class UpStack:
             return False
         starting.result()  # a service that could not start: its error
         self.supervisor.children += stack.children()
+        self._stack_up = True
         console.print("[green]model services, worker" + (", trainer" if trainer else "")
                       + " up[/]")
         return True
@@ -218,7 +237,38 @@ class UpStack:
             self.gave_up = exc
             console.print(f"[red]{exc}; stopping everything. The end of its log:[/]\n"
                           f"{exc.tail}")
+            await asyncio.to_thread(self._stop_stack)
             self.server.should_exit = True
+
+
+def _master_server(config: uvicorn.Config, before_exit: Callable[[], None]) -> uvicorn.Server:
+    """uvicorn's server whose Ctrl-C / SIGTERM first runs ``before_exit`` (stopping the
+    worker, trainer and model services) while the master still serves, so a draining worker
+    gives its jobs back to a live master instead of retrying against a dead one; then the
+    master stops. A second signal stops the master at once (uvicorn's own handling)."""
+    import uvicorn
+
+    class MasterServer(uvicorn.Server):
+        stopping = False
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.stopping or self.should_exit:
+                super().handle_exit(sig, frame)
+                return
+            self.stopping = True
+            threading.Thread(target=self.stop_then_exit, args=(sig, frame),
+                             name="coda-up-stop", daemon=True).start()
+
+        def stop_then_exit(self, sig: int, frame: FrameType | None) -> None:
+            try:
+                before_exit()
+            except Exception:  # the master stops all the same; run() stops what is left
+                log.exception("stack.stop_failed")
+            finally:
+                if not self.should_exit:
+                    super().handle_exit(sig, frame)
+
+    return MasterServer(config)
 
 
 def _model_stack(opts: UpOptions, tokens: LocalSecrets) -> Stack:

@@ -165,13 +165,13 @@ class Worker:
         log.info("worker.draining", running=busy, grace_s=self.settings.drain_grace_s)
         _, pending = await asyncio.wait(slots, timeout=self.settings.drain_grace_s) \
             if slots else (set(), set())
-        for task in pending:  # past the grace period: give the jobs back
+        cut_short = len(self.running)  # jobs still running (the idle slots are no jobs)
+        for task in pending:  # past the grace period: their attempts are reported to retry
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-        log.info("worker.stopped", finished_in_grace=busy - len(pending),
-                 given_back=len(pending), completed={k.value: v for k, v in
-                                                     self.completed.items()})
+        log.info("worker.stopped", finished_in_grace=busy - cut_short, cut_short=cut_short,
+                 completed={k.value: v for k, v in self.completed.items()})
 
     async def aclose(self) -> None:
         for client in (self.master, self.planner, self.executor, self.judge):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -87,3 +88,30 @@ def test_a_planner_killed_mid_episode_is_restarted_and_the_episode_completes(
     # the attempt the kill broke is retried (attempt 2 when the worker's planner call came
     # within the backoff; 1 if the restart came first): either way no one helped
     assert ep["attempts"] in (1, 2), ep
+
+
+def test_ctrl_c_stops_the_worker_while_the_master_still_serves(coda_up: CodaUp) -> None:
+    """Ctrl-C mid-episode: ``coda up`` stops its worker (which reports the attempt it cut
+    short, to be retried) before its master, so the report reaches a live master. Before, the
+    master stopped first and the worker's report retried against it for about 45 s, then was
+    lost (``job.fail_not_reported``; the lease expiry had to requeue the job)."""
+    up, logs = coda_up.proc, coda_up.logs
+    http = coda_up.admin()
+
+    def logs_now() -> str:
+        return log_tails(logs.glob("*.log"))
+
+    episode_id = coda_up.submit_one(http, "stopped", C02)
+    wait_for(lambda: (e := coda_up.episode(http, episode_id))["status"] == "running"
+             and e["steps"], "the episode running, a step done", 300, interval=0.2,
+             logs=logs_now, gone=exited(up, "coda up"))
+    up.send_signal(signal.SIGINT)
+    wait_for(lambda: up.poll() is not None, "coda up stopped after Ctrl-C", 180,
+             interval=0.2, logs=logs_now)
+    worker_log = (logs / "worker.log").read_text()
+    assert "worker_stopping" in worker_log, logs_now()
+    assert re.search(r'"cut_short": [1-9]', worker_log), logs_now()
+    assert "not_reported" not in worker_log, logs_now()  # job.fail_not_reported
+    up_log = (logs / "up.log").read_text()
+    # the stack's stop comes before uvicorn's shutdown of the master
+    assert up_log.index("stopping the worker") < up_log.index("Shutting down"), up_log[-3000:]
