@@ -21,6 +21,10 @@ def make_backend(spec: BackendSpec) -> ChatBackend:
         from coda.inference.replay import ReplayBackend
 
         return ReplayBackend(spec.model)
+    if spec.backend == "ocr":
+        from coda.inference.ocr_executor import make_ocr_backend
+
+        return make_ocr_backend(spec.model, max_pixels=spec.max_pixels)
     from coda.inference.openai_compat import OpenAICompatBackend
 
     assert spec.base_url is not None  # BackendSpec requires it for 'openai'

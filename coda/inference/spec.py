@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-BackendKind = Literal["transformers", "openai", "replay"]
+BackendKind = Literal["transformers", "openai", "replay", "ocr"]
 
 
 class BackendSpec(BaseModel):
@@ -20,10 +20,12 @@ class BackendSpec(BaseModel):
     backend: BackendKind = Field(
         default="transformers",
         description="'transformers' (in-process), 'openai' (vLLM / any OpenAI-compatible "
-                    "server) or 'replay' (recorded outputs, for tests and benchmarks)")
+                    "server), 'replay' (recorded outputs, for tests and benchmarks) or 'ocr' "
+                    "(executor only: grounds the plan on the screenshot's OCR text, "
+                    "coda.inference.ocr_executor)")
     model: str = Field(min_length=1, description="local model directory (transformers), "
-                                                 "served model name (openai) or replay file "
-                                                 "(replay)")
+                                                 "served model name (openai), replay file "
+                                                 "(replay) or OCR engine 'rapidocr' (ocr)")
     base_url: str | None = Field(default=None, pattern=r"^https?://",
                                  description="OpenAI-compatible server URL (openai)")
     api_key: SecretStr | None = Field(default=None, description="its API key (openai)")
@@ -31,7 +33,8 @@ class BackendSpec(BaseModel):
     dtype: str = Field(default="auto",
                        description="torch dtype (transformers); 'auto' = float32 on CPU")
     max_pixels: int | None = Field(default=None, gt=0,
-                                   description="image budget per screenshot (transformers)")
+                                   description="image budget per screenshot (transformers; "
+                                               "ocr: the budget its coordinates assume)")
     backend_timeout_s: float = Field(default=300.0, gt=0,
                                      description="seconds per model-server request (openai)")
     backend_retries: int = Field(default=2, ge=0, le=10,

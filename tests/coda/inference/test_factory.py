@@ -23,7 +23,7 @@ def test_factory(tiny_model_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"backend": "vllm", "model": "m"}, "'transformers', 'openai' or 'replay'"),
+    ({"backend": "vllm", "model": "m"}, "'transformers', 'openai', 'replay' or 'ocr'"),
     ({"backend": "openai", "model": "m"}, "base_url is required"),
     ({"backend": "openai", "model": "m", "base_url": "file:///x"}, "should match pattern"),
     ({"model": "m", "options": {}}, "Extra inputs"),
