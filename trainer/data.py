@@ -109,6 +109,9 @@ class EncodedGroup:
     sampler_logprobs: list[list[float] | None]
     group_id: uuid.UUID | None = None
     version: str | None = None
+    behind: int = 0
+    """How many versions the sampling policy is behind the one the planners serve (set by the
+    loop): above 0 the ratio's logp_old is the sampler's log-probs (:mod:`trainer.grpo.update`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

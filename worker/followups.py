@@ -113,7 +113,9 @@ async def run_group(job: GroupJob, *, master: MasterClient, planner: PlannerClie
     resp = await planner.plan(PlanRequest(
         instruction=clip(state.instruction), screenshot=shot, history=history,
         n=payload.group_size,
-        sampling=Sampling(temperature=settings.group_temperature,
+        # top_p=1: the plans come from the full distribution their log-probs (and the
+        # trainer's) describe; the services apply no top-k (GRPO's ratio assumes both)
+        sampling=Sampling(temperature=settings.group_temperature, top_p=1.0,
                           max_tokens=settings.max_tokens),
         answer_mode=step.plan.answer_mode,
         adapter=payload.planner_version, return_logprobs=True))

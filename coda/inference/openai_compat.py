@@ -101,6 +101,8 @@ def build_request(
     if options.logprobs:  # vLLM: token ids spelled "token_id:<id>" in the logprobs entries
         body["logprobs"] = True
         body["return_tokens_as_token_ids"] = True
+        # sample what the log-probs describe: no top-k, whatever the model's generation config
+        body["top_k"] = -1
     if options.continue_final_message:
         body["continue_final_message"] = True
         body["add_generation_prompt"] = False

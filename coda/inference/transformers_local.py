@@ -230,6 +230,12 @@ class TransformersBackend:
         if config.do_sample:
             config.temperature = options.temperature
             config.top_p = options.top_p
+            # Sampling is temperature and top-p only, as the request says: no implicit top-k
+            # (transformers' default 50, or a model's generation_config) and no other warper of
+            # the model's config, so top_p=1 samples the distribution the log-probs describe.
+            config.top_k, config.typical_p, config.min_p = 0, 1.0, None
+            config.repetition_penalty, config.no_repeat_ngram_size = 1.0, 0
+            config.epsilon_cutoff, config.eta_cutoff = 0.0, 0.0
         else:
             config.temperature, config.top_p, config.top_k = None, None, None
         if options.stop:

@@ -210,6 +210,9 @@ class Trainer:
                                      group_id=rec.id)
                 group.rewards = controlled_rewards(group.rewards, self.cfg.reward_control,
                                                    rec.id.hex)
+                served = self.state.versions
+                group.behind = len(served) - 1 - served.index(
+                    group_version(rec.group) or self.cfg.initial_version)
                 encoded.append((rec, group))
             except GroupDataError as exc:
                 log.warning("trainer.group_unusable", group=str(rec.id), error=str(exc))
@@ -239,6 +242,9 @@ class Trainer:
             name = group.version or self.cfg.initial_version
             report.group_versions[name] = report.group_versions.get(name, 0) + 1
         metrics["lr"] = float(self.scheduler.get_last_lr()[0])
+        if metrics.get("sampler_logprobs_missing"):  # no importance correction for these
+            log.warning("trainer.sampler_logprobs_missing", update=self.state.update,
+                        groups=int(metrics["sampler_logprobs_missing"]))
         metrics.update({f"dropped_{k}": float(v) for k, v in report.dropped.items()})
         report.metrics = metrics
         if self.state.update % self.cfg.checkpoint_every == 0:

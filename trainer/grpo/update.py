@@ -105,6 +105,31 @@ def _micro_batches(groups: list[EncodedGroup], size: int, rank: int,
     return batches, steps
 
 
+def old_and_weights(group: EncodedGroup, logp: Tensor, old: Tensor | None, mask: Tensor,
+                     s: LossSettings) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """logp_old of the ratio, the truncated importance weights (or None), and the sampler's
+    log-probs (or None when a plan lacks them).
+
+    A group sampled by an older version (``group.behind > 0``) is off-policy: its ratio is taken
+    against the policy that sampled it, logp_old = the sampler's log-probs (the GRPO/PPO
+    definition, ``rho = pi_theta / pi_old`` with pi_old the sampling policy), so the clip bounds
+    the step from that policy and no further weight applies (it would be exp(0) = 1). A group of
+    the served version is on-policy up to the trainer/sampler numerics: logp_old is the
+    trainer's own (``logp.detach()``, or the pre-update pass with several epochs), and the
+    sampler's log-probs enter only through the truncated importance weight
+    ``min(exp(logp_old - logp_sampler), tis_cap)`` that corrects the mismatch."""
+    sampler = group.padded_sampler_logprobs()
+    if sampler is not None:
+        sampler = sampler.to(logp.device)
+    if group.behind > 0 and sampler is not None:
+        return sampler, None, sampler
+    old_logp = old.to(logp.device) if old is not None else logp.detach()
+    weights = None
+    if sampler is not None and s.tis_cap is not None:
+        weights = torch.exp(old_logp - sampler).clamp(max=s.tis_cap) * mask
+    return old_logp, weights, sampler
+
+
 def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: float,
                 old: Tensor | None, ref_model: Any | None, acc: Accumulator,
                 record: bool) -> Tensor:
@@ -112,16 +137,12 @@ def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: f
     group = move_group(group, device)
     mask = group.mask().to(device)
     logp = plan_logprobs(model, group, shared=s.shared_prompt, temperature=s.temperature)
-    old_logp = old.to(device) if old is not None else logp.detach()
+    old_logp, weights, sampler = old_and_weights(group, logp, old, mask, s)
     rewards = torch.tensor(group.rewards, device=device)
     adv = group_advantages(rewards, scale_std=s.scale_std, eps=s.adv_eps)
     ref = None
     if s.beta > 0:
         ref = reference_logprobs(model, group, s.shared_prompt, ref_model, s.temperature)
-    weights = None
-    sampler = group.padded_sampler_logprobs()
-    if sampler is not None and s.tis_cap is not None:
-        weights = torch.exp(old_logp - sampler.to(device)).clamp(max=s.tis_cap) * mask
     terms = token_loss(logp, old_logp, adv, mask, eps_low=s.eps_low, eps_high=s.eps_high,
                        beta=s.beta, ref_logp=ref, is_weights=weights)
     numerator = aggregate_sum(terms.loss, mask, s.aggregation)
@@ -136,11 +157,15 @@ def _group_loss(model: Any, group: EncodedGroup, s: LossSettings, denominator: f
         acc.add("reward", float(rewards.sum()))
         acc.add("reward_sq", float((rewards ** 2).sum()))
         acc.add("adv_abs", float(adv.abs().sum()))
+        if sampler is None:  # no importance correction and no off-policy ratio: counted
+            acc.add("sampler_missing", 1.0)
+        elif group.behind > 0:
+            acc.add("off_policy", 1.0)
         if terms.kl is not None:
             acc.add("kl", float(terms.kl.detach().sum()))
             acc.add("kl_tokens", tokens)
         if weights is not None and sampler is not None and s.tis_cap is not None:
-            raw = torch.exp(old_logp - sampler.to(device))[mask.bool()]
+            raw = torch.exp(old_logp - sampler)[mask.bool()]
             acc.add("is_tokens", tokens)
             acc.add("is_weight", float(weights.sum()))
             acc.add("is_truncated", float((raw > s.tis_cap).sum()))
@@ -159,7 +184,8 @@ def old_logprobs(model: Any, groups: list[EncodedGroup], s: LossSettings) -> lis
 
 
 _ALL_KEYS = ("adv_abs", "clipped", "groups", "is_tokens", "is_truncated", "is_weight", "kl",
-             "kl_tokens", "loss", "plans", "ratio", "reward", "reward_sq", "tokens")
+             "kl_tokens", "loss", "off_policy", "plans", "ratio", "reward", "reward_sq",
+             "sampler_missing", "tokens")
 
 
 def _reduce(acc: Accumulator, par: Parallel) -> Accumulator:
@@ -265,6 +291,8 @@ def summarize(acc: Accumulator, elapsed: float, grad_norm: float) -> dict[str, f
         "tokens_per_s": g.get("tokens", 0.0) / elapsed if elapsed > 0 else 0.0,
         "groups_per_s": g.get("groups", 0.0) / elapsed if elapsed > 0 else 0.0,
         "update_s": elapsed,
+        "off_policy_groups": g.get("off_policy", 0.0),
+        "sampler_logprobs_missing": g.get("sampler_missing", 0.0),
     }
     if g.get("kl_tokens"):
         out["kl"] = g["kl"] / g["kl_tokens"]

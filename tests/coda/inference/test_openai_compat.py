@@ -195,6 +195,7 @@ def test_parse_choices_splits_usage() -> None:
 def test_logprobs_are_asked_for_and_parsed_as_vllm_sends_them() -> None:
     body = build_request(MESSAGES, GenerateOptions(logprobs=True), model="m", n=1, seed=None)
     assert body["logprobs"] is True and body["return_tokens_as_token_ids"] is True
+    assert body["top_k"] == -1  # no top-k from the model's generation config: the full one
     assert "logprobs" not in build_request(MESSAGES, GenerateOptions(), model="m", n=1, seed=None)
     payload = {"choices": [{"index": 0, "message": {"content": "ok"}, "logprobs": {"content": [
         {"token": "token_id:17", "logprob": -0.25, "bytes": [111]},

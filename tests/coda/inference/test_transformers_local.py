@@ -96,6 +96,22 @@ async def test_sampling_logprobs_when_asked(backend: TransformersBackend) -> Non
     assert greedy[0].logprobs == greedy[1].logprobs
 
 
+def test_sampling_is_temperature_and_top_p_only(backend: TransformersBackend,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No implicit top-k (transformers' default 50) nor a warper of the model's own generation
+    config: with top_p=1 the samples follow the distribution the log-probs describe."""
+    model_config = backend.model.generation_config
+    for name, value in (("top_k", 1), ("repetition_penalty", 1.3), ("min_p", 0.2),
+                        ("typical_p", 0.5), ("no_repeat_ngram_size", 2)):
+        monkeypatch.setattr(model_config, name, value)
+    config = backend._generation_config(GenerateOptions(temperature=1.0, top_p=1.0))
+    assert config.do_sample and config.top_p == 1.0 and not config.top_k
+    assert config.repetition_penalty == 1.0 and config.typical_p == 1.0
+    assert not config.min_p and not config.no_repeat_ngram_size
+    assert model_config.top_k == 1  # the model's own config is left alone
+    assert backend._generation_config(GenerateOptions(top_p=0.9)).top_p == 0.9
+
+
 async def test_greedy_n_repeats_the_single_answer(backend: TransformersBackend) -> None:
     completions = await backend.chat([_user("hello")], _greedy(n=3))
     assert len(completions) == 3
