@@ -29,6 +29,7 @@ from coda.service import FieldError, current_cancel_event
 from judge_service import judging
 from judge_service.frames import high_url
 from judge_service.parsing import parse_instruction_check
+from judge_service.rules import RuleJudge
 from judge_service.settings import JudgeSettings
 
 log = get_logger("judge_service")
@@ -110,7 +111,10 @@ def create_app(settings: JudgeSettings | None = None, *,
         raise ValueError("no judge model configured: set CODA_JUDGE_MODELS to a JSON list like "
                          '[{"name": "qwen72b", "backend": "openai", '
                          '"base_url": "http://vllm-judge:8000/v1", "model": "..."}]')
-    state = ModelState(cfg, {m.name: m.spec() for m in cfg.models}, backends)
+    state = ModelState(cfg, {m.name: m.spec() for m in cfg.models if not m.is_rules}, backends)
+    if backends is None:  # the rule-based judge is built here: it loads nothing
+        state.backends.update({m.name: RuleJudge() for m in cfg.models if m.is_rules})
+        state.names = [m.name for m in cfg.models]
     return create_model_app(
         state, name="coda-judge",
         description="CODA judge: trajectory verdicts with voting, multi-resolution, ensemble",

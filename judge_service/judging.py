@@ -24,6 +24,7 @@ from coda.service import current_cancel_event
 from judge_service.aggregate import build_verdict, vote_passes, voting_at_k
 from judge_service.frames import high_url, low_url, select_frames
 from judge_service.parsing import parse_vote
+from judge_service.rules import Answered, RuleJudge
 from judge_service.settings import JudgeSettings
 
 log = get_logger("judge_service.judging")
@@ -149,12 +150,26 @@ async def judge_fitted(name: str, backend: ChatBackend, prepared: Prepared,
     raise PromptTooLong(refused.prompt_tokens, refused.max_tokens, refused.context)
 
 
+async def judge_by_rules(name: str, rules: RuleJudge, req: JudgeRequest,
+                         reader: ScreenshotReader, settings: JudgeSettings,
+                         ) -> tuple[list[Vote], bool, JudgeInput]:
+    """The rule-based judge's votes: its one answer for the trajectory (every step, as
+    captured), voted on as a model's replies are (:func:`judge_with_model`: the low-resolution
+    vote first when enabled, then ``policy.votes`` votes)."""
+    answered = Answered(name, await rules.answer(req, reader))
+    conv = Conversations(low=[] if req.policy.multi_resolution else None, high=[])
+    votes, ok = await judge_with_model(name, answered, conv, req.policy, settings)
+    return votes, ok, JudgeInput(model=name, steps=list(range(1, len(req.steps) + 1)))
+
+
 async def judge(req: JudgeRequest, backends: Mapping[str, ChatBackend],
                 settings: JudgeSettings, reader: ScreenshotReader) -> Verdict:
     """The ensemble verdict over ``backends`` (already narrowed to ``policy.models``)."""
     prepared = Prepared(req, reader)
     results = await asyncio.gather(*(
-        judge_fitted(name, backend, prepared, settings) for name, backend in backends.items()))
+        judge_by_rules(name, backend, req, reader, settings) if isinstance(backend, RuleJudge)
+        else judge_fitted(name, backend, prepared, settings)
+        for name, backend in backends.items()))
     votes = [v for model_votes, _, _ in results for v in model_votes]
     passed = {name: ok for name, (_, ok, _) in zip(backends, results, strict=True)}
     verdict = build_verdict(votes, passed, n_steps=len(req.steps), rule=req.policy.label_rule)

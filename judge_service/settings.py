@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from coda.contracts.services_api import ModelName
-from coda.inference.spec import BackendSpec
+from coda.inference.spec import BackendKind, BackendSpec
 from coda.modelservice.settings import ModelServiceSettings
 
 
 class JudgeModelSpec(BackendSpec):
     """One judge model of the ensemble: a name and the backend that serves it, e.g.
     ``{"name": "qwen72b", "backend": "openai", "base_url": "http://vllm-judge:8000/v1",
-    "model": "Qwen/Qwen2.5-VL-72B-Instruct"}``."""
+    "model": "Qwen/Qwen2.5-VL-72B-Instruct"}``, or the rule-based judge
+    (:mod:`judge_service.rules`, no model): ``{"name": "rules", "backend": "rules"}``."""
 
     name: ModelName = Field(description="name used in votes and in policy.models")
+    backend: BackendKind | Literal["rules"] = Field(  # type: ignore[assignment]
+        default="transformers",
+        description="a model backend (see BackendSpec), or 'rules': the rule-based judge "
+                    "(frames, actions and the task's checker verdict; no model)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_need_no_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("backend") == "rules":
+            return {"model": "rules", **data}
+        return data
+
+    @property
+    def is_rules(self) -> bool:
+        return self.backend == "rules"
 
 
 class JudgeSettings(ModelServiceSettings):

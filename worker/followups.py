@@ -65,7 +65,8 @@ async def run_judge(job: JudgeJob, *, master: MasterClient, judge: JudgeClient,
         raise JobRefused(f"episode {episode.id} has no recorded step with a screenshot")
     policy = settings.judge_policy.model_copy(update={"label_rule": payload.label_rule})
     resp = await judge.judge_request(JudgeRequest(
-        instruction=clip(_instruction(episode)), steps=steps[-1024:], policy=policy))
+        instruction=clip(_instruction(episode)), steps=steps[-1024:], policy=policy,
+        checker_success=episode.success))
     log.info("judge.done", job=str(job.id), episode=str(episode.id),
              correct=resp.verdict.correct, positive=len(resp.verdict.positive_steps))
     return JudgeJobResult(verdict=resp.verdict)

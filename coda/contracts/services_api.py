@@ -181,6 +181,9 @@ class JudgeRequest(BaseModel):
     instruction: Text = Field(min_length=1, max_length=MAX_TEXT)
     steps: list[JudgeStep] = Field(min_length=1, max_length=1024)
     policy: JudgePolicy = Field(default_factory=JudgePolicy)
+    checker_success: bool | None = Field(
+        default=None, description="the task's checker verdict (None: no checker decided, or not "
+        "sent); judge models ignore it, the rule-based judge takes correctness from it")
 
 
 class JudgeResponse(BaseModel):
