@@ -129,6 +129,18 @@ def score_line(phrase: str, line: OcrLine) -> Match | None:
     ratio = SequenceMatcher(None, p, t).ratio()
     if ratio >= FUZZY_MIN:
         return Match(line, 0.8 * ratio, cx, cy)
+    pc, tc = p.replace(" ", ""), t.replace(" ", "")
+    if len(pc) >= 4 and pc in tc:  # words the OCR ran together ("BibliographyMacrosView")
+        i = tc.index(pc)
+        x = line.x0 + (line.x1 - line.x0) * (i + len(pc) / 2) / len(tc)
+        return Match(line, 0.7, x, cy)
+    pw, tw = p.split(), t.split()
+    if len(tw) > len(pw) and len(p) >= 4:  # a slip inside a longer line: each run of words
+        best, at = max((SequenceMatcher(None, p, " ".join(tw[i:i + len(pw)])).ratio(), i)
+                       for i in range(len(tw) - len(pw) + 1))
+        if best >= FUZZY_MIN:
+            point = _sub_point(line, " ".join(tw[at:at + len(pw)])) or (cx, cy)
+            return Match(line, 0.75 * best, point[0], point[1])
     return None
 
 

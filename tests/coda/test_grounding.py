@@ -63,6 +63,19 @@ def test_fuzzy_match_survives_an_ocr_slip() -> None:
     assert match_phrase("Preferences", SCREEN) is None
 
 
+def test_fuzzy_match_of_words_inside_a_longer_line() -> None:
+    bar = OcrLine("File Edit Too1s LaTeX Help", 0, 0, 260, 20)
+    m = score_line("Tools", bar)
+    assert m is not None and 0.6 <= m.score < 0.75 and 90 < m.x < 150
+    assert score_line("Macros", bar) is None
+
+
+def test_words_run_together_by_the_ocr() -> None:
+    bar = OcrLine("BibliographyMacrosViewOptionsHelp", 0, 0, 330, 20)
+    m = score_line("Options", bar)
+    assert m is not None and m.score == 0.7 and 230 < m.x < 290
+
+
 def test_ties_go_to_the_topmost_line() -> None:
     lines = [OcrLine("OK", 0, 300, 20, 320), OcrLine("OK", 0, 100, 20, 120)]
     m = match_phrase("ok", lines)
