@@ -1,5 +1,6 @@
 """The trainer loop's choices on real groups from a real master: truncated importance weights
-from the sampler's log-probabilities, groups dropped by reason (stale, unknown version, no
+from the sampler's log-probabilities, an older version's group trained against its sampler,
+groups without sampler log-probs counted, groups dropped by reason (stale, unknown version, no
 signal), figures to the master and to TensorBoard."""
 
 from __future__ import annotations
@@ -88,6 +89,20 @@ async def test_importance_weights_drops_and_figures(master, artifacts_dir: Path,
         await m.create_group(group(screen, trainer.state.versions[-1], [1, 0, 0, 0]))
         report = await trainer.run_once()
     assert report.dropped == {"stale": 1} and report.trained == 1
+    # its plans carry no sampler log-probs: no weight, and counted, never silently weighted 1
+    assert report.metrics["sampler_logprobs_missing"] == 1
+    assert report.metrics["off_policy_groups"] == 0 and "is_weight_mean" not in report.metrics
+
+    # a group of the version before the served one is trained against its sampler's log-probs
+    older = with_lp.model_copy(update={"planner_version": "loop-a", "candidates": [
+        c.model_copy(update={"planner_version": "loop-a"}) for c in with_lp.candidates]})
+    async with MasterClient(master.url, token=master.admin_token) as m:
+        await m.create_group(older)
+        report = await trainer.run_once()
+    assert report.trained == 1 and report.metrics["off_policy_groups"] == 1
+    assert report.metrics["sampler_logprobs_missing"] == 0
+    assert "is_weight_mean" not in report.metrics  # its ratio is pi_theta / pi_sampler itself
+    assert report.metrics["ratio_mean"] != pytest.approx(1.0)
     await trainer.aclose()
 
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -95,7 +110,7 @@ async def test_importance_weights_drops_and_figures(master, artifacts_dir: Path,
     tags = set(events.Tags()["scalars"])
     assert {"charts/reward_mean", "losses/loss", "charts/is_weight_mean",
             "charts/tokens_per_s", "charts/groups_per_s"} <= tags
-    assert [e.step for e in events.Scalars("charts/reward_mean")] == [1, 2]
+    assert [e.step for e in events.Scalars("charts/reward_mean")] == [1, 2, 3]
 
 
 async def test_kl_against_the_disabled_adapter(master, artifacts_dir: Path,  # type: ignore[no-untyped-def]
