@@ -172,3 +172,23 @@ def test_decide_says_what_it_could_not_ground() -> None:
     assert d.kind == "ungrounded" and d.target == "Preferences" and "Preferences" in d.reason
     assert decide("The screen shows a plot.", SCREEN).kind == "ungrounded"
     assert decide("I type the answer.", SCREEN).kind == "ungrounded"
+
+
+@pytest.mark.parametrize(("plan", "kind", "text"), [
+    ("log_2(3) is log(3)/log(2); I type p:=log(3)/log(2) and press Enter.", "type",
+     "p:=log(3)/log(2)\n"),
+    ("First the normal's length: I type n:=sqrt(3^2+4^2+5^2) and press Enter.", "type",
+     "n:=sqrt(3^2+4^2+5^2)\n"),
+    ("a is bigger than b; I type p:=a and press Enter.", "type", "p:=a\n"),
+    ("p now holds the bigger one, e^π. The task is complete.", "finished", None),
+    ("I think p already holds the distance. The task is complete.", "finished", None),
+    ("I open the 2D Graph tab to compare the curves.", "click", None),
+    ("Time now runs 10x slower; Shift+K halves it again, to 20x slower.", "hotkey", "shift k"),
+])
+def test_plans_as_the_kalgebra_curricula_and_demo_write_them(plan: str, kind: str,
+                                                            text: str | None) -> None:
+    screen = [OcrLine("Console", 300, 180, 360, 200), OcrLine("2D Graph", 380, 180, 450, 200)]
+    d = decide(plan, screen)
+    assert d.kind == kind and d.text == text
+    if kind == "click":
+        assert _inside(d, screen[1])
