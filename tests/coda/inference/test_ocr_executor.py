@@ -102,6 +102,7 @@ def test_model_files_are_hashed_and_unchanged(engine: RapidOcrEngine) -> None:
     assert info["model_files"] == files and info["engine"] == "rapidocr"
 
 
+@pytest.mark.slow
 def test_rapidocr_reads_the_rendered_labels(engine: RapidOcrEngine) -> None:
     image, boxes = render()
     lines = engine(image)
@@ -113,6 +114,7 @@ def test_rapidocr_reads_the_rendered_labels(engine: RapidOcrEngine) -> None:
     assert x0 - 4 <= cx <= x1 + 4 and y0 - 4 <= cy <= y1 + 4
 
 
+@pytest.mark.slow
 def test_backend_grounds_a_group_with_one_ocr_pass(engine: RapidOcrEngine) -> None:
     image, boxes = render()
     url = data_url(image)
