@@ -3,13 +3,21 @@
 a reply is ``{"error": null | ..., "log messages": {"note": [...]}}``. Steps ``open``, ``turn``,
 ``clear_log``, ``color``, ``alphafold_match``, ``destroy``; checkers ``states`` (a session-state
 dump written by the ``states`` command of ScienceBoard's chimerax-states bundle), ``info`` (the
-lines ``info <key>`` logs) and ``file`` (a guest file contains a value)."""
+lines ``info <key>`` logs) and ``file`` (a guest file contains a value).
+
+ChimeraX never reaches the network: ``launch`` first places ScienceBoard's pre-placed files
+(``examples/scienceboard/chimerax-data``: eight PDB entries, an AlphaFold model, its UniProt
+entry) into ChimeraX's fetch cache ``~/Downloads/ChimeraX/<database>/`` as ScienceBoard's VM
+holds them, where ``open <id>`` and ``alphafold match`` find them; ``download`` of an RCSB
+entry the cache holds (A-02's ``3ppd.cif``) copies that file instead of downloading it."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from coda.contracts.desktop import CheckResult, CheckStatus, StepStatus
@@ -18,8 +26,19 @@ from worker.providers.client import GuestError
 from worker.tasks.adapters.base import AppAdapter
 from worker.tasks.context import CheckError, StepError, TaskContext, params
 from worker.tasks.expr import UnsafeExpression, compile_lambda
+from worker.tasks.launch import launch_step
 
 STATES_DIR = "/home/user/Downloads"
+FETCH_CACHE = "/home/user/Downloads/ChimeraX"
+"""ChimeraX's fetch cache in ScienceBoard's VM (``chimerax.core.fetch.cache_directories``)."""
+DATA_ENV = "CODA_CHIMERAX_DATA"
+DATA = (Path(__file__).resolve().parents[3] / "examples" / "scienceboard" / "chimerax-data"
+        / "Downloads" / "ChimeraX")
+"""ScienceBoard's pre-placed fetch cache, unmodified (its README: provenance, licences)."""
+STORED_SUFFIX = ".data"
+"""A cache file stored under its name plus this (``alphafold_database.json``: a ``.json`` in
+the examples would be read as a task file) is placed under its own name."""
+RCSB_DOWNLOAD = re.compile(r"^https?://files\.rcsb\.org/download/([0-9A-Za-z]{4})\.cif$")
 
 
 class ChimeraxUnavailable(RuntimeError):
@@ -53,7 +72,52 @@ def _color(p: dict[str, Any]) -> str:
     return style if style == "rainbow" else f"color {style}"
 
 
+def data_dir() -> Path:
+    return Path(os.environ.get(DATA_ENV) or DATA)
+
+
+def cache_files() -> dict[str, Path]:
+    """``<database>/<file>`` -> the local copy, for every file of the pre-placed cache."""
+    root = data_dir()
+    return {str(p.relative_to(root)).removesuffix(STORED_SUFFIX): p
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def place_fetch_cache(ctx: TaskContext) -> int:
+    """Upload the pre-placed cache into the guest's ``~/Downloads/ChimeraX``; how many files."""
+    files = cache_files()
+    for rel, local in files.items():
+        ctx.guest.upload(ctx.rw(f"{FETCH_CACHE}/{rel}"), local.read_bytes())
+    return len(files)
+
+
+def step_launch(ctx: TaskContext, step: SetupStep) -> str:
+    placed = place_fetch_cache(ctx)
+    return f"{launch_step(ctx, step)} (fetch cache: {placed} files)"
+
+
+def local_copy(url: str) -> Path | None:
+    """The cache's copy of an RCSB download URL, if it holds that entry."""
+    m = RCSB_DOWNLOAD.match(url)
+    if m is None:
+        return None
+    local = data_dir() / "PDB" / f"{m.group(1).lower()}.cif"
+    return local if local.is_file() else None
+
+
+def step_download(ctx: TaskContext, step: SetupStep) -> str:
+    p = params(step)
+    local = local_copy(str(p["url"]))
+    if local is None:
+        raise StepError(StepStatus.UNAVAILABLE,
+                        f"no local copy of {p['url']} (ChimeraX's tasks run offline)")
+    ctx.guest.upload(ctx.rw(str(p["path"])), local.read_bytes())
+    return f"copied {local.name} (for {p['url']})"
+
+
 STEPS = {
+    "launch": step_launch,
+    "download": step_download,
     "open": _command_step(lambda p: f"open {p['name']}"),
     "turn": _command_step(lambda p: f"turn {p['axis']} {p['angle']}"),
     "clear_log": _command_step(lambda p: "log clear"),
