@@ -102,9 +102,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   say "installing ${missing[*]} (Debian) ..."
   export DEBIAN_FRONTEND=noninteractive
-  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-    "${SUDO[@]}" apt-get update -qq >&2
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # waits for another apt (scripts/test.sh builds Celestia beside it)
+  apt=(apt-get -o DPkg::Lock::Timeout=900)
+  "${SUDO[@]}" "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+    "${SUDO[@]}" "${apt[@]}" update -qq >&2
+    "${SUDO[@]}" "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   }
 fi
 
@@ -223,17 +225,11 @@ cat >"$site/cxservices/api/__init__.py" <<'EOF'
 from .default_api import DefaultApi  # noqa: F401
 EOF
 cat >"$site/cxservices/api/default_api.py" <<'EOF'
-from ..rest import ApiException
+from ..api_client import ApiClient
 
 
-class DefaultApi:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __getattr__(self, name):
-        def unavailable(*args, **kwargs):
-            raise ApiException(reason="cxservices is a stub: no web services")
-        return unavailable
+class DefaultApi(ApiClient):
+    pass
 EOF
 cat >"$site/cxservices/models.py" <<'EOF'
 def __getattr__(name):
