@@ -92,6 +92,11 @@ def tiny_model_dir(home: Path) -> Path:
     return out
 
 
+OCR_EXECUTOR = "ocr"
+"""``--executor-model ocr``: the executor grounds plans with OCR alone (the ``ocr`` backend,
+no weights, no per-task data; docs/services.md), a cheap baseline executor."""
+
+
 def choose_models(cfg: StackConfig) -> dict[str, BackendSpec]:
     """What serves each role (pure, given the tiny model's directory when it is needed)."""
     out: dict[str, BackendSpec] = {}
@@ -100,6 +105,8 @@ def choose_models(cfg: StackConfig) -> dict[str, BackendSpec]:
         given = cfg.model_dirs.get(role)
         if url:
             out[role] = BackendSpec(backend="openai", model=given or role, base_url=url)
+        elif role == "executor" and given == OCR_EXECUTOR:
+            out[role] = BackendSpec(backend="ocr", model="rapidocr")
         elif given:
             out[role] = BackendSpec(backend="transformers", model=given)
         elif cfg.models == "replay":

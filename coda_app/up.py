@@ -287,7 +287,8 @@ def up(
     models: ModelsChoice = "tiny",
     planner_model: Annotated[str | None, typer.Option(
         help="planner model directory (or served name with --planner-url)")] = None,
-    executor_model: Annotated[str | None, typer.Option(help="executor model")] = None,
+    executor_model: Annotated[str | None, typer.Option(
+        help="executor model directory, or 'ocr': plans grounded by OCR (no weights)")] = None,
     judge_model: Annotated[str | None, typer.Option(help="judge model")] = None,
     planner_url: Annotated[str | None, typer.Option(
         help="an OpenAI-compatible server (vLLM) serving the planner")] = None,

@@ -33,6 +33,15 @@ def test_models_come_from_urls_dirs_or_replays(tmp_path: Path) -> None:
                                        base_url="http://vllm:8000/v1")
 
 
+def test_the_ocr_executor_is_chosen_by_name(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, models="replay", model_dirs={"executor": "ocr"})
+    choice = choose_models(cfg)["executor"]
+    assert (choice.backend, choice.model) == ("ocr", "rapidocr")
+    settings = service_settings("executor", choice, cfg)
+    assert (settings.backend, settings.model) == ("ocr", "rapidocr")
+    assert not is_tiny(choice)
+
+
 def test_a_service_takes_the_chosen_fields_and_its_environment_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The stack hands a service only what it chose (backend, model, URL): a device or dtype
