@@ -84,6 +84,9 @@ fi
 # else GitHub at the pinned commits), vLLM's CPU build in its own venv (tests/vllm) and the
 # Docker base images from Debian's packages
 in_background celestia bash scripts/celestia.sh
+# ChimeraX from RBVI's pinned sources ($CODA_CHIMERAX_SOURCES, else GitHub; 14-22 minutes on
+# 2 cores cold, instant when built; the tests that run it skip without it)
+in_background chimerax bash scripts/chimerax.sh
 in_background vllm bash scripts/vllm-install.sh
 if [ "$engine" != none ]; then
   phase "docker base images" bash scripts/docker-base.sh
@@ -100,6 +103,13 @@ if ! finish celestia; then
     exit 1
   fi
   echo "test.sh: no Celestia build: the Celestia tests skip" >&2
+fi
+if ! finish chimerax; then
+  if [ "${CI:-}" = true ]; then
+    echo "test.sh: ChimeraX could not be built (CI=true: the ChimeraX tests must run)" >&2
+    exit 1
+  fi
+  echo "test.sh: no ChimeraX build: the ChimeraX tests skip" >&2
 fi
 if [ "$vcsim_ok" = 0 ]; then
   if [ "${CI:-}" = true ]; then
