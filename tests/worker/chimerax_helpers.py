@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from coda.procs import free_port
+from tests.fixtures.waiting import exited, wait_for
 from worker.providers.image import chimerax as build
 from worker.tasks.adapters import chimerax as adapter
 
@@ -82,18 +82,9 @@ def chimerax(prefix: Path, home: Path, *, display: str | None = None) -> Iterato
                             stderr=subprocess.STDOUT, start_new_session=True)
     rest = Rest(port)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise AssertionError(f"ChimeraX exited ({proc.returncode}): {out[-2000:]}")
-            try:
-                rest.run("version")
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        wait_for(lambda: rest.run("version") or True, "ChimeraX's REST port answering", 120,
+                 interval=0.5, gone=exited(proc, "ChimeraX"),
+                 logs=lambda: _output(proc))
         yield rest
     finally:
         rest.http.close()
@@ -103,3 +94,10 @@ def chimerax(prefix: Path, home: Path, *, display: str | None = None) -> Iterato
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+def _output(proc: subprocess.Popen[bytes]) -> str:
+    """What an exited ChimeraX printed (nothing while it runs: its pipe would block)."""
+    if proc.poll() is None or proc.stdout is None:
+        return ""
+    return proc.stdout.read().decode(errors="replace")[-2000:]
