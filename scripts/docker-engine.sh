@@ -4,6 +4,8 @@
 #   bash scripts/docker-engine.sh start   # install what is missing, start dockerd if none answers
 #   bash scripts/docker-engine.sh stop    # stop dockerd, only if `start` started it
 #   bash scripts/docker-engine.sh status  # exit 0 when an engine answers
+#   bash scripts/docker-engine.sh users   # print the lock file the engine's users hold
+#   bash scripts/docker-engine.sh stop-unused  # `stop`, unless another user holds the lock
 #
 # `start` installs Debian's docker.io, docker-compose (1.29) and mmdebstrap (for base images
 # built without a registry, scripts/docker-base.sh) when they are missing, as root or with
@@ -11,7 +13,10 @@
 # this script starts is recorded in $state/dockerd.pid and `stop` ends it (and only it).
 # `start` prints one word on stdout, `started` or `reused`: a caller that stops the engine
 # afterwards does so only after `started` (scripts/test.sh), so a second caller that reused an
-# engine another `start` started does not stop it under the first.
+# engine another `start` started does not stop it under the first. A caller that outlives its
+# `start` (scripts/test.sh) holds a shared flock on the `users` file while it uses the engine,
+# and stops it with `stop-unused`: the engine stays up while another caller (another
+# checkout's test run reusing it) still holds one.
 set -euo pipefail
 
 state="${CODA_DOCKER_STATE:-${CODA_EMBEDDED_ROOT:-/var/lib/coda}/docker}"
@@ -84,9 +89,22 @@ stop() {
   "${SUDO[@]}" rm -f "$pidfile"
 }
 
+users="$state/users.lock"
+
+stop_unused() {
+  [ -f "$pidfile" ] || return 0
+  if [ -e "$users" ] && ! flock -n -x "$users" true 2>/dev/null; then
+    echo "docker-engine: leaving the engine running: another run still uses it ($users)" >&2
+    return 0
+  fi
+  stop
+}
+
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
+  stop-unused) stop_unused ;;
+  users) echo "$users" ;;
   status) answers ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|stop-unused|status|users" >&2; exit 2 ;;
 esac
