@@ -76,15 +76,17 @@ phase "vcsim" bash scripts/vcsim.sh >/dev/null || vcsim_ok=0
 engine=none
 if phase "docker engine" bash scripts/docker-engine.sh start >"$logs/engine"; then
   engine="$(cat "$logs/engine")"  # started or reused
-  # this run uses the engine: a shared lock, held until it ends (best effort where the lock
-  # file cannot be written), so a run of another checkout that started the engine leaves it up
+  # this run uses the engine: a shared lock, held until it ends by a process of its own (not
+  # by this shell, whose children would inherit it), so a run of another checkout that
+  # started the engine leaves it up meanwhile
   users="$(bash scripts/docker-engine.sh users)"
-  if [ -d "$(dirname "$users")" ] && exec 8>>"$users"; then flock -s 8 || true; fi
+  if [ -d "$(dirname "$users")" ]; then
+    setsid flock -s "$users" sleep infinity </dev/null >/dev/null 2>&1 &
+    cleanup+=("kill -TERM -- -$! 2>/dev/null; wait $! 2>/dev/null")
+  fi
   # stops only a dockerd this call started (an engine that was running stays, whoever started
   # it), and only when no other run uses it any more
-  if [ "$engine" = started ]; then
-    cleanup+=("exec 8>&-; bash scripts/docker-engine.sh stop-unused")
-  fi
+  if [ "$engine" = started ]; then cleanup+=("bash scripts/docker-engine.sh stop-unused"); fi
 fi
 # The long builds after every apt install above, side by side: Celestia (ScienceBoard's fork)
 # from source once per machine (about 4-11 minutes on 2 cores; the sources: $CODA_CELESTIA_SOURCES,
