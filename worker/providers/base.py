@@ -115,6 +115,9 @@ class GuestLayout:
     portlike: int = 8000
     app_url: str = "http://127.0.0.1:8000"
     rewrites: list[tuple[str, str]] = field(default_factory=list)
+    programs: dict[str, str] = field(default_factory=dict)
+    """Programs a task names by a bare name that this desktop runs from elsewhere, matched as
+    a whole program name (never as a substring): ``chimerax`` -> a local build's launcher."""
 
     def rewrite(self, value: str) -> str:
         for old, new in self.rewrites:

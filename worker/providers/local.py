@@ -114,7 +114,8 @@ class LocalDesktop(Desktop):
         port = free_port()
         app_port = free_port()
         self.layout = GuestLayout(portlike=app_port, app_url=f"http://127.0.0.1:{app_port}",
-                                  rewrites=self.settings.image.rewrites(self.home))
+                                  rewrites=self.settings.image.rewrites(self.home),
+                                  programs=self.settings.image.programs())
         self._spawn("agent", [sys.executable, "-m", "worker.guest", "serve", "--host",
                               "127.0.0.1", "--port", str(port), "--display", self.display,
                               "--desktop-id", self.id],

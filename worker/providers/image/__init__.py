@@ -12,7 +12,7 @@ from pathlib import Path
 
 from coda.logging import get_logger
 from worker.providers.base import GUEST_HOME
-from worker.providers.image import celestia, grassdata
+from worker.providers.image import celestia, chimerax, grassdata
 
 log = get_logger(__name__)
 
@@ -76,6 +76,13 @@ class SlotImage:
 
     def rewrites(self, home: Path) -> list[tuple[str, str]]:
         return [*self.command_rewrites, (GUEST_HOME, str(home))]
+
+    def programs(self) -> dict[str, str]:
+        """Whole program names mapped to this host's binaries (not substring rewrites: the
+        tasks' ``chimerax`` also appears in URLs and step names): ScienceBoard's ``chimerax``
+        -> the project's build (``scripts/chimerax.sh``; the path even where it is not built,
+        so that the launch can say how to build it)."""
+        return {"chimerax": str(chimerax.launcher())}
 
     grassdata: Path | None = field(default_factory=grassdata.default_dest)
     """GRASS GIS's data sets (``grassdata.py``, built by the local desktop set-up), copied to

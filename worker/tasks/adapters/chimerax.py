@@ -9,24 +9,40 @@ ChimeraX never reaches the network: ``launch`` first places ScienceBoard's pre-p
 (``examples/scienceboard/chimerax-data``: eight PDB entries, an AlphaFold model, its UniProt
 entry) into ChimeraX's fetch cache ``~/Downloads/ChimeraX/<database>/`` as ScienceBoard's VM
 holds them, where ``open <id>`` and ``alphafold match`` find them; ``download`` of an RCSB
-entry the cache holds (A-02's ``3ppd.cif``) copies that file instead of downloading it."""
+entry the cache holds (A-02's ``3ppd.cif``) copies that file instead of downloading it.
+
+``launch`` runs the task's command with a bare ``chimerax`` mapped to the desktop's binary
+(``GuestLayout.programs``: a local slot's build of ``scripts/chimerax.sh``; a missing build
+makes the step *unavailable*, naming the script), on the desktop's session bus or a private
+one it starts (closed with the desktop's processes at reset), and is done when the REST
+remote control answers, within :func:`ready_timeout` (not after the task's fixed 7.5 s).
+
+``states`` keys into the graphics view are resolved to the path by which this build's dump
+reaches the same view (:func:`equivalent_key`): ScienceBoard's ChimeraX 1.8/1.9 reaches it
+through a structure's ``_atoms_drawing``, this build (1.12) through ``_child_drawings.#0``."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from coda.contracts.desktop import CheckResult, CheckStatus, StepStatus
+from coda.logging import get_logger
 from coda.tasks import SetupStep
 from worker.providers.client import GuestError
+from worker.providers.image import chimerax as build
+from worker.tasks import polling
 from worker.tasks.adapters.base import AppAdapter
 from worker.tasks.context import CheckError, StepError, TaskContext, params
 from worker.tasks.expr import UnsafeExpression, compile_lambda
 from worker.tasks.launch import launch_step
+
+log = get_logger(__name__)
 
 STATES_DIR = "/home/user/Downloads"
 FETCH_CACHE = "/home/user/Downloads/ChimeraX"
@@ -39,6 +55,15 @@ STORED_SUFFIX = ".data"
 """A cache file stored under its name plus this (``alphafold_database.json``: a ``.json`` in
 the examples would be read as a task file) is placed under its own name."""
 RCSB_DOWNLOAD = re.compile(r"^https?://files\.rcsb\.org/download/([0-9A-Za-z]{4})\.cif$")
+REST_START = re.compile(r"remotecontrol\s+rest\s+start\b.*?\bport\s+(\d+)")
+READY_TIMEOUT_S = 180.0
+MAX_READY_TIMEOUT_S = 600.0
+SESSION_BUS = ('[ -n "${DBUS_SESSION_BUS_ADDRESS:-}" ] || DBUS_SESSION_BUS_ADDRESS=$('
+               'dbus-daemon --session --address="unix:tmpdir=${TMPDIR:-/tmp}" --fork '
+               '--print-address=1 2>/dev/null | head -n 1); '
+               'export DBUS_SESSION_BUS_ADDRESS;')
+"""Shell prefix: the desktop's session bus, or a private one (marked like every process the
+agent starts, so a reset closes it) where the desktop has none."""
 
 
 class ChimeraxUnavailable(RuntimeError):
@@ -91,9 +116,70 @@ def place_fetch_cache(ctx: TaskContext) -> int:
     return len(files)
 
 
+def launch_argv(ctx: TaskContext, command: str | list[str]) -> list[str]:
+    """The task's launch command as this desktop runs it (pure but for the layout): paths
+    rewritten, «PORTLIKE» filled in, and a bare ``chimerax`` program mapped to the desktop's
+    binary (a local slot's build) as a whole word."""
+    argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    argv = [ctx.rw(a) for a in argv]
+    if argv:
+        argv[0] = ctx.layout.programs.get(argv[0], argv[0])
+    return argv
+
+
+def rest_port(argv: list[str]) -> int | None:
+    """The port of the ``remotecontrol rest start ... port N`` the command line runs, if any."""
+    m = REST_START.search(" ".join(argv))
+    return int(m.group(1)) if m else None
+
+
+def ready_timeout(ctx: TaskContext) -> float:
+    """How long a launch waits for the REST port: the context's launch timeout, at least
+    :data:`READY_TIMEOUT_S` (a cold start takes 6-7 s on an idle machine and several times
+    that on a loaded one), at most :data:`MAX_READY_TIMEOUT_S`."""
+    return min(max(ctx.launch_timeout_s, READY_TIMEOUT_S), MAX_READY_TIMEOUT_S)
+
+
 def step_launch(ctx: TaskContext, step: SetupStep) -> str:
+    """Start ChimeraX as the task says, on the desktop's session bus (a private one, started
+    here and closed with the desktop's other processes, where the desktop has none: else
+    each ChimeraX autolaunches a ``dbus-daemon`` that outlives it), with the fetch cache
+    placed; done when its REST remote control answers (not after the task's fixed 7.5 s).
+    A local slot without a build: *unavailable*, naming the script that builds it."""
+    p = params(step)
+    argv = launch_argv(ctx, p.get("command") or [])
+    if not argv:
+        raise StepError(StepStatus.FAILED, "field 'command' is empty")
+    port = rest_port(argv)
+    if argv[0].startswith("/"):
+        found = ctx.guest.execute(["test", "-x", argv[0]])
+        if found.returncode not in (0, None):
+            raise StepError(StepStatus.UNAVAILABLE, f"ChimeraX is not built here ({argv[0]} "
+                            f"is missing): {build.BUILD_HINT}")
     placed = place_fetch_cache(ctx)
-    return f"{launch_step(ctx, step)} (fetch cache: {placed} files)"
+    if port is None:  # no remote control to wait on: the generic launch (a new window)
+        return f"{launch_step(ctx, step)} (fetch cache: {placed} files)"
+    ctx.guest.launch(f"{SESSION_BUS} exec {shlex.join(argv)}", shell=True)
+    timeout = ready_timeout(ctx)
+    started = time.monotonic()
+    try:
+        version = polling.wait_for(lambda: _answers(ctx, port), f"its REST remote control on "
+                                   f"port {port}", timeout, app="ChimeraX",
+                                   not_yet=(ChimeraxUnavailable,), poll_s=0.5)
+    except TimeoutError as exc:
+        raise StepError(StepStatus.FAILED, str(exc)) from exc
+    took = time.monotonic() - started
+    log.info("chimerax.ready", port=port, seconds=round(took, 1), version=version)
+    return f"ChimeraX ready in {took:.1f} s (REST on port {port}; fetch cache: {placed} files)"
+
+
+def _answers(ctx: TaskContext, port: int) -> str | None:
+    try:
+        reply = ctx.guest.chimerax(port, "version")
+    except GuestError as exc:
+        raise ChimeraxUnavailable(exc.detail[:300]) from exc
+    notes = " ".join(reply.notes).strip()
+    return (notes or "answering") if reply.error is None else None
 
 
 def local_copy(url: str) -> Path | None:
@@ -159,6 +245,30 @@ def _lambda(source: str) -> Any:
         raise CheckError(CheckStatus.ERROR, str(exc)) from exc
 
 
+VIEW_HOP = "._draw_shape.bindings._opengl_context.window.view."
+MODEL = re.compile(r"^_state_containers\.models\._models\.\([0-9, ]+\)\.")
+
+
+def equivalent_key(states: dict[str, Any], key: str) -> str | None:
+    """``key`` itself when the dump has it; else, for a key into the graphics view (a single
+    object of the session, which the dump reaches through the first drawing of a model that
+    holds it), the key by which this build's dump reaches the same attribute of the view from
+    the same model (pure). ScienceBoard's ChimeraX 1.8/1.9 dumps reach the view through a
+    structure's ``_atoms_drawing``; this build (1.12) through its ``_child_drawings.#0``:
+    the same view, another path, and the tasks' keys name the former."""
+    if key in states:
+        return key
+    if key.count(VIEW_HOP) != 1:
+        return None
+    head, tail = key.split(VIEW_HOP)
+    model = MODEL.match(head)
+    if model is None:
+        return None
+    ending = VIEW_HOP + tail
+    return next((k for k in states if k.startswith(model.group(0)) and k.endswith(ending)
+                 and k.count(VIEW_HOP) == 1), None)
+
+
 def check_states(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
     states = states_dump(ctx)
     key_src: str = item["key"]
@@ -182,9 +292,12 @@ def check_states(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
         if check_null:
             return _states_result(key_src not in states, f"{key_src} must be absent")
         raw_key = key_src
-    if raw_key not in states:
+    found = equivalent_key(states, raw_key)
+    if found is None:
         return _states_result(False, f"{raw_key} not in the session state")
-    value = states[raw_key]
+    value = states[found]
+    if found != raw_key:
+        raw_key = f"{raw_key} (reached as {found})"
     if item.get("pattern") is not None:
         text = value if isinstance(value, str) else json.dumps(value)
         return _states_result(re.search(item["pattern"], text) is not None, raw_key)
