@@ -1,0 +1,132 @@
+"""Scripted solutions of ChimeraX tasks on this machine's build (``scripts/chimerax.sh``): the
+commands a user types into ChimeraX's command line, sent through the guest agent's
+``/chimerax/run`` (ChimeraX's REST remote control runs a command as its command line does and
+answers when it is done: its reply is the state to wait on); an answer task's solution asks
+ChimeraX for the fact and answers what its log says."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from coda.contracts.desktop import EpisodeEnd
+from coda.tasks import load_task_file
+from tests.worker.helpers import Solution, wrong_fails_then_right_passes
+from worker.providers.base import Desktop
+from worker.tasks import TaskContext, run_setup
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "ChimeraX"
+
+
+def typed(*commands: str) -> Solution:
+    """Type each command into ChimeraX's command line; done when ChimeraX has run it."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        for command in commands:
+            reply = ctx.guest.chimerax(ctx.layout.portlike, command)
+            assert reply.error is None, f"{command!r}: {reply.error}"
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def answer_from(command: str, pick: Callable[[str], str], *, first: str | None = None
+                ) -> Solution:
+    """Run ``first`` (if any), then ``command``, and answer what ``pick`` reads in the log
+    ``command`` wrote."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        if first is not None:
+            typed(first)(desktop, ctx)
+        reply = ctx.guest.chimerax(ctx.layout.portlike, command)
+        assert reply.error is None, f"{command!r}: {reply.error}"
+        return EpisodeEnd(kind="ANS", answer=pick("\n".join(reply.notes)))
+    return solve
+
+
+def residue_name(log: str) -> str:
+    """``info residues /A:6`` logs ``residue id /A:6 name ASN ...``."""
+    m = re.search(r"\bname (\w+)", log)
+    assert m is not None, log
+    return m.group(1)
+
+
+def atom_count(log: str) -> str:
+    """``info atoms <spec>`` logs one line per atom."""
+    return str(sum(1 for line in log.splitlines() if line.startswith("atom id")))
+
+
+NUCLEOTIDES = {"DA": "A", "DC": "C", "DG": "G", "DT": "T"}
+
+
+def sequence(log: str) -> str:
+    """The DNA sequence ``info residues /A`` logs (one ``residue id /A:n name DX`` a line;
+    waters left out)."""
+    names = re.findall(r"^residue id \S+ name (\w+)", log, re.M)
+    return "".join(NUCLEOTIDES[n] for n in names if n in NUCLEOTIDES)
+
+
+def measured(log: str, decimals: int) -> str:
+    """The value a ``distance`` or ``angle`` logs (``...: 9.386Å``), rounded."""
+    m = re.search(r": (-?[0-9]+\.[0-9]+)", log)
+    assert m is not None, log
+    return f"{float(m.group(1)):.{decimals}f}"
+
+
+def two_decimals(log: str) -> str:
+    return measured(log, 2)
+
+
+# task: (checker families, wrong solution, right solution)
+CASES: dict[str, tuple[list[str], Solution, Solution]] = {
+    # fetch 2OLX (the model's name); wrong: another entry of the cache, then closed
+    "A-01": (["states"], typed("open 1dns"), typed("close", "open 2olx")),
+    # grey background (the view's background colour); wrong: light grey
+    "A-07": (["states"], typed("set bgColor lightgray"), typed("set bgColor grey")),
+    # flat lighting (the lighting parameters); wrong: soft
+    "A-08": (["states"], typed("lighting soft"), typed("lighting flat")),
+    # ambient lighting (ChimeraX's "soft": ambient only, from many directions); wrong: full
+    # (ambient and a key light with shadows)
+    "A-09": (["states"], typed("lighting full"), typed("lighting soft")),
+    # nucleotides as ladders (the structure's ladder parameters); wrong: stubs
+    "A-11": (["states"], typed("nucleotides stubs"), typed("nucleotides ladder")),
+    # no nucleotide styling left (keys that must be absent); wrong: ladders
+    "A-10": (["states"], typed("nucleotides ladder"), typed("nucleotides atoms")),
+    # the ligand selected and magenta (``info sel``, ``info rescolor /A``); wrong: coloured
+    # but not selected
+    "A-05": (["info"], typed("color ligand magenta"),
+             typed("select ligand", "color sel magenta")),
+    # residue /A:6's name (an answer); wrong: its neighbour /A:5's
+    "C-01": (["stop"], answer_from("info residues /A:5", residue_name),
+             answer_from("info residues /A:6", residue_name)),
+    # the model's oxygen atoms (an answer); wrong: its nitrogen atoms
+    "C-02": (["stop"], answer_from("info atoms N", atom_count),
+             answer_from("info atoms O", atom_count)),
+    # chain A's DNA sequence, upper case (an answer); wrong: lower case
+    "C-03": (["stop"], answer_from("info residues /A", lambda log: sequence(log).lower()),
+             answer_from("info residues /A", sequence)),
+    # the distance between the two CD atoms, two decimals (an answer); wrong: three decimals
+    "C-06": (["stop"], answer_from("distance @CD", lambda log: measured(log, 3)),
+             answer_from("distance @CD", two_decimals, first="~distance")),
+    # the angle OE1 (GLN 4), OXT, OE1 (GLN 3), two decimals (an answer); wrong: the angle at
+    # OE1 (GLN 4) instead of at OXT
+    "C-07": (["stop"], answer_from("angle /A:4@OXT /A:4@OE1 /A:3@OE1", two_decimals),
+             answer_from("angle /A:4@OE1 /A:4@OXT /A:3@OE1", two_decimals)),
+}
+
+
+def setup_task(desktop: Desktop, name: str) -> TaskContext:
+    """Task ``name`` set up from its file on a freshly reset slot."""
+    task = load_task_file(TASKS / f"{name}.json")
+    desktop.reset()
+    ctx = TaskContext.for_desktop(desktop, task)
+    report = run_setup(ctx)
+    assert report.ok, report.first_problem
+    return ctx
+
+
+def wrong_then_right(desktop: Desktop, name: str) -> None:
+    """Task ``name`` of :data:`CASES` set up from its file: its near miss fails, then its
+    right solution (done on top, in the same ChimeraX) passes, judged by the task's own
+    checkers of the families listed."""
+    families, wrong, right = CASES[name]
+    ctx = setup_task(desktop, name)
+    wrong_fails_then_right_passes(desktop, ctx, families, wrong, right)

@@ -1,0 +1,124 @@
+"""ScienceBoard's ChimeraX tasks on this machine's build (``scripts/chimerax.sh``) in a local
+slot, set up from their task files by the worker's own task code (the launch maps the tasks'
+``chimerax`` to the build, starts it on a session bus of its own and waits for its REST port)
+and judged by their own checkers: for each task a near miss typed into ChimeraX's command line
+fails, then the right solution (typed on top, in the same ChimeraX) passes. A reset leaves no
+ChimeraX or ``dbus-daemon`` of the slot behind. Without a build these skip naming
+``bash scripts/chimerax.sh`` (fail under CI=true)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coda import procs
+from coda.contracts.desktop import CommandReply, StepStatus
+from coda.tasks import SetupStep
+from worker.providers.base import GuestLayout
+from worker.providers.image import chimerax as build
+from worker.providers.local import LocalDesktop
+from worker.tasks.adapters import chimerax as adapter
+from worker.tasks.context import StepError
+
+from .chimerax_helpers import require_build
+from .chimerax_tasks import CASES, setup_task, wrong_then_right
+
+LAUNCH = ["chimerax", "--cmd", "remotecontrol rest start json true port «PORTLIKE»"]
+
+
+@pytest.fixture(scope="module")
+def _built(desktop_host: None) -> None:
+    require_build()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_chimerax_task_wrong_then_right_on_the_real_chimerax(_built: None, desktop: LocalDesktop,
+                                                             name: str) -> None:
+    wrong_then_right(desktop, name)
+
+
+def _slot_processes(desktop: LocalDesktop) -> dict[int, str]:
+    """ChimeraX and dbus-daemon processes started for this slot (marked by its agent, or
+    running with the slot's directory in their environment): pid -> command line."""
+    found = {}
+    for pid in procs.marked_pids(desktop.id) + _with_slot_env(desktop.dir):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if Path(argv[0]).name == "dbus-daemon" or any(
+                "chimerax.core" in a or a.startswith(str(build.prefix())) for a in argv):
+            found[pid] = " ".join(argv)
+    return found
+
+
+def _with_slot_env(slot_dir: Path) -> list[int]:
+    needle = str(slot_dir).encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+    return out
+
+
+def test_the_launch_uses_the_slot_s_bus_and_a_reset_leaves_nothing_behind(
+        _built: None, desktop: LocalDesktop) -> None:
+    ctx = setup_task(desktop, "A-07")
+    running = _slot_processes(desktop)
+    assert any("chimerax" in c.lower() for c in running.values()), running
+    assert any("dbus-daemon" in c for c in running.values()), running
+    assert sum("dbus-daemon" in c for c in running.values()) == 1, running  # no autolaunch
+    assert ctx.guest.chimerax(ctx.layout.portlike, "version").error is None
+    desktop.reset()
+    assert _slot_processes(desktop) == {}
+    assert not [pid for pid in running if procs.alive(pid)]
+
+
+class _Guest:
+    def __init__(self) -> None:
+        self.ran: list[object] = []
+
+    def execute(self, command: object, **_: object) -> CommandReply:
+        self.ran.append(command)
+        return CommandReply(returncode=1, error="")
+
+    def launch(self, command: object, **_: object) -> None:
+        raise AssertionError("launched without a build")
+
+
+class _Ctx:
+    def __init__(self, programs: dict[str, str]) -> None:
+        self.guest = _Guest()
+        self.layout = GuestLayout(portlike=8123, programs=programs)
+        self.launch_timeout_s = 60.0
+
+    def rw(self, value: str) -> str:
+        return self.layout.rewrite(value)
+
+
+def test_without_a_build_the_launch_is_unavailable_and_names_the_script(tmp_path: Path) -> None:
+    missing = str(tmp_path / "bin" / "chimerax")
+    ctx = _Ctx({"chimerax": missing})
+    step = SetupStep.model_validate({"func": "launch", "wait": 7.5, "command": LAUNCH})
+    with pytest.raises(StepError) as err:
+        adapter.step_launch(ctx, step)  # type: ignore[arg-type]
+    assert err.value.status is StepStatus.UNAVAILABLE
+    assert "bash scripts/chimerax.sh" in err.value.detail and missing in err.value.detail
+    assert ctx.guest.ran == [["test", "-x", missing]]
+
+
+def test_the_program_is_mapped_as_a_whole_word_and_the_rest_port_found() -> None:
+    ctx = _Ctx({"chimerax": "/opt/cx/bin/chimerax"})
+    argv = adapter.launch_argv(ctx, LAUNCH)  # type: ignore[arg-type]
+    assert argv == ["/opt/cx/bin/chimerax", "--cmd",
+                    "remotecontrol rest start json true port 8123"]
+    assert adapter.rest_port(argv) == 8123
+    assert adapter.launch_argv(ctx, "chimerax-like --x")[0] == "chimerax-like"  # type: ignore[arg-type]
+    assert adapter.launch_argv(ctx, "chimerax --nogui")[0] == "/opt/cx/bin/chimerax"  # type: ignore[arg-type]
+    assert adapter.rest_port(["chimerax", "--nogui"]) is None
+    assert 60 <= adapter.ready_timeout(ctx) <= adapter.MAX_READY_TIMEOUT_S  # type: ignore[arg-type]
