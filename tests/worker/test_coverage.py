@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from worker.providers.image import celestia, grassdata
+from worker.providers.image import celestia, chimerax, grassdata
 from worker.tasks.coverage import coverage, local_blocker
 from worker.tasks.coverage_cli import app
 
@@ -26,10 +26,12 @@ def installed(program: str) -> str | None:
 
 @pytest.fixture(autouse=True)
 def grass_data_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The local image as the desktop set-up leaves it: GRASS GIS's stand-in data sets and
-    Celestia built (whether this machine built them is not what these tests are about)."""
+    """The local image as the desktop set-up leaves it: GRASS GIS's stand-in data sets,
+    Celestia and ChimeraX built (whether this machine built them is not what these tests are
+    about)."""
     monkeypatch.setattr(grassdata, "is_built", lambda _: True)
     monkeypatch.setattr(celestia, "is_built", lambda env=None: True)
+    monkeypatch.setattr(chimerax, "is_built", lambda env=None: True)
 
 
 def test_kalgebra_gets_a_real_verdict_for_every_task() -> None:
@@ -39,8 +41,17 @@ def test_kalgebra_gets_a_real_verdict_for_every_task() -> None:
     assert kalgebra.runnable == 31 and not kalgebra.reasons
     assert report.total.tasks == sum(a.tasks for a in report.apps) == 169
     assert report.total.runnable == sum(a.runnable for a in report.apps)
-    chimerax = next(a for a in report.apps if a.app == "ChimeraX")
-    assert chimerax.runnable == 0 and "not in Debian" in next(iter(chimerax.reasons))
+
+
+def test_chimerax_counts_its_build_s_tasks_with_the_reasons_for_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (entry,) = coverage(TASKS / "VM" / "ChimeraX", which=installed).apps
+    assert (entry.tasks, entry.loaded, entry.implemented, entry.runnable) == (29, 29, 29, 22)
+    left = sorted(n for names in entry.reasons.values() for n in names)
+    assert left == ["B-01", "B-02", "B-03", "B-04", "B-05", "B-06", "D-03"]
+    monkeypatch.setattr(chimerax, "is_built", lambda env=None: False)
+    (entry,) = coverage(TASKS / "VM" / "ChimeraX", which=installed).apps
+    assert entry.runnable == 0 and "bash scripts/chimerax.sh" in next(iter(entry.reasons))
 
 
 def test_grass_reaches_the_target_with_the_reasons_for_the_rest(

@@ -7,10 +7,12 @@ The local image's readable state (see ``worker.tasks.adapters``): TeXstudio's fi
 ``/tex/check``; KAlgebra's accessibility tree, its console, its pixels and ``calgebra``;
 GRASS GIS's GUI state through the project's reader inside the GUI and its stand-in data sets,
 except tasks whose expected values are facts of ScienceBoard's real data sets
-(:func:`worker.tasks.adapters.grass.checkers.data_blocker`); ChimeraX, Lean and the other
-applications need ScienceBoard's images (ChimeraX is not in Debian, Lean needs their Lean
-project); Celestia is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its
-answer tasks counted where this build's data gives the expected answer
+(:func:`worker.tasks.adapters.grass.checkers.data_blocker`); ChimeraX is the project's build
+from RBVI's sources (``scripts/chimerax.sh``), its tasks counted but for those this build or
+the network keeps from a verdict (:data:`worker.tasks.adapters.chimerax.BLOCKERS`); Lean and
+the other applications need ScienceBoard's images (Lean needs their Lean project); Celestia
+is ScienceBoard's fork built from source by ``scripts/celestia.sh``, its answer tasks counted
+where this build's data gives the expected answer
 (:func:`worker.tasks.adapters.celestia.adapter.data_blocker`).
 """
 
@@ -26,8 +28,10 @@ from coda.contracts.coverage import AppCoverage, CoverageReport
 from coda.tasks import TaskFormat, TaskSpec, load_task_file
 from worker.providers.image import SCIENCEBOARD_IMAGE, grassdata
 from worker.providers.image import celestia as celestia_build
+from worker.providers.image import chimerax as chimerax_build
 from worker.tasks.adapters import app_checker, app_step
 from worker.tasks.adapters.celestia.adapter import data_blocker as celestia_data_blocker
+from worker.tasks.adapters.chimerax import blocker as chimerax_blocker
 from worker.tasks.adapters.grass.adapter import GRASS
 from worker.tasks.adapters.grass.checkers import data_blocker
 from worker.tasks.adapters.grass.steps import FALLBACK_TERMINAL, TERMINAL
@@ -42,9 +46,9 @@ LOCAL_NEEDS: dict[str, tuple[str, ...]] = {
     "texstudio": ("texstudio", "pdflatex", "bibtex"),
     "grassgis": ("grass", "xterm", "/usr/bin/python3"),
     "celestia": ("wmctrl",),
+    "chimerax": (),
 }
 LOCAL_ABSENT: dict[str, str] = {
-    "chimerax": "ChimeraX is not in Debian: its tasks need ScienceBoard's image",
     "lean": "Lean tasks need ScienceBoard's Lean project (their image)",
 }
 
@@ -106,8 +110,15 @@ def _celestia_blocker(task: TaskSpec) -> str | None:
     return celestia_data_blocker(task)
 
 
+def _chimerax_blocker(task: TaskSpec) -> str | None:
+    if not chimerax_build.is_built():
+        return f"ChimeraX is not built here: {chimerax_build.BUILD_HINT}"
+    return chimerax_blocker(task.id)
+
+
 TASK_RULES: dict[str, Callable[[TaskSpec], str | None]] = {"grassgis": _grass_blocker,
-                                                         "celestia": _celestia_blocker}
+                                                         "celestia": _celestia_blocker,
+                                                         "chimerax": _chimerax_blocker}
 
 
 def _missing_programs(app: str, which: Callable[[str], str | None]) -> list[str]:

@@ -66,6 +66,27 @@ SESSION_BUS = ('[ -n "${DBUS_SESSION_BUS_ADDRESS:-}" ] || DBUS_SESSION_BUS_ADDRE
 agent starts, so a reset closes it) where the desktop has none."""
 
 
+BLOCKERS: dict[str, str] = {
+    "B-01": "this build's coulombic fails (it finds no AmberTools 'amberXX' folder for its "
+            "charges), so no surface is coloured",
+    **dict.fromkeys(("B-02", "B-03", "B-04"), "its checker's keys name the pseudobond or "
+                    "centroid drawing as ChimeraX 1.8/1.9's state dump reaches it; this build's "
+                    "(1.12) dump reaches it by another path"),
+    "B-05": "its checker finds the colour key as a model ('…)._name'); this build's (1.12) "
+            "state dump reaches it as an overlay of the view",
+    "B-06": "its checker finds the scale bar by a label drawing's '_name'; this build's (1.12) "
+            "state dump holds the label's 'name' instead",
+    "D-03": "it needs AlphaFold's prediction service (the network)",
+}
+"""Tasks of ScienceBoard's ChimeraX folder that cannot get a real verdict with this build,
+offline, and why (found by solving them on it: ``tests/worker/test_chimerax_tasks.py``)."""
+
+
+def blocker(task_id: str) -> str | None:
+    """Why task ``ChimeraX/<name>`` cannot get a real verdict here (None: it can)."""
+    return BLOCKERS.get(task_id.rsplit("/", 1)[-1])
+
+
 class ChimeraxUnavailable(RuntimeError):
     pass
 
