@@ -1,5 +1,6 @@
 """Scripted solutions of ChimeraX tasks on this machine's build (``scripts/chimerax.sh``): the
-commands a user types into ChimeraX's command line, sent through the guest agent's
+commands a user types into ChimeraX's command line, either typed into the GUI's command line
+through the guest agent (done when the Log shows them) or sent through the guest agent's
 ``/chimerax/run`` (ChimeraX's REST remote control runs a command as its command line does and
 answers when it is done: its reply is the state to wait on); an answer task's solution asks
 ChimeraX for the fact and answers what its log says."""
@@ -10,11 +11,14 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from coda.actions import TypeText
 from coda.contracts.desktop import EpisodeEnd
 from coda.tasks import load_task_file
+from tests.fixtures.waiting import wait_for
 from tests.worker.helpers import Solution, wrong_fails_then_right_passes
 from worker.providers.base import Desktop
 from worker.tasks import TaskContext, run_setup
+from worker.tasks.adapters.chimerax import states_dump
 
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "scienceboard" / "VM" / "ChimeraX"
 
@@ -25,6 +29,32 @@ def typed(*commands: str) -> Solution:
         for command in commands:
             reply = ctx.guest.chimerax(ctx.layout.portlike, command)
             assert reply.error is None, f"{command!r}: {reply.error}"
+        return EpisodeEnd(kind="DONE")
+    return solve
+
+
+WAIT_S = 120.0
+
+
+def log_text(ctx: TaskContext) -> str:
+    """The text of ChimeraX's Log panel, from a fresh states dump (its ``page_source``)."""
+    ctx.scratch.pop("chimerax_states", None)
+    pages = [str(v) for k, v in states_dump(ctx).items() if k.endswith("page_source")]
+    return " ".join(re.sub(r"<[^>]+>", " ", "".join(pages)).split())
+
+
+def in_command_line(command: str) -> Solution:
+    """Type ``command`` into ChimeraX's command line (it has the keyboard focus in ChimeraX's
+    main window) and Enter; done when the Log shows it (ChimeraX logs a command as it runs
+    it, on its GUI thread, which also answers the states dump: a dump that shows the command
+    shows its output too). What a command typed in the GUI logs is in the Log panel, which
+    B-07, D-01 and D-02's checkers read; the REST remote control's replies are not."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        before = len(log_text(ctx))
+        result = desktop.act(TypeText(text=command + "\n"))
+        assert result.ok, result.error
+        wait_for(lambda: command in log_text(ctx)[before:], f"{command!r} in ChimeraX's Log",
+                 WAIT_S, interval=0.5)
         return EpisodeEnd(kind="DONE")
     return solve
 
@@ -79,6 +109,13 @@ def two_decimals(log: str) -> str:
 CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # fetch 2OLX (the model's name); wrong: another entry of the cache, then closed
     "A-01": (["states"], typed("open 1dns"), typed("close", "open 2olx")),
+    # ball and stick (the drawing's bounds, which the balls' size sets); wrong: sticks
+    "A-03": (["states"], typed("style stick"), typed("style ball")),
+    # spheres coloured by chain (the bounds; ``info rescolor /A``); wrong: spheres only
+    "A-04": (["states", "info"], typed("style sphere"), typed("color bychain")),
+    # the standard orientation (the view's model-view matrix is the identity); wrong: the
+    # view fitted to the models but not reoriented
+    "A-06": (["states"], typed("view"), typed("view orient")),
     # grey background (the view's background colour); wrong: light grey
     "A-07": (["states"], typed("set bgColor lightgray"), typed("set bgColor grey")),
     # flat lighting (the lighting parameters); wrong: soft
@@ -100,6 +137,14 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # the model's oxygen atoms (an answer); wrong: its nitrogen atoms
     "C-02": (["stop"], answer_from("info atoms N", atom_count),
              answer_from("info atoms O", atom_count)),
+    # clashes with VDW overlap >= 0.3 (a 'clashes' model; the Log's "4 clashes"); wrong: the
+    # default overlap, 0.6 (no clashes)
+    "D-01": (["states"], in_command_line("clashes #1"),
+             in_command_line("clashes #1 overlapCutoff 0.3")),
+    # contacts within 3.0 A centre to centre (a 'contacts' model; the Log's "41 distances");
+    # wrong: within 2.5 A
+    "D-02": (["states"], in_command_line("contacts #1 distanceOnly 2.5"),
+             in_command_line("contacts #1 distanceOnly 3.0")),
     # chain A's DNA sequence, upper case (an answer); wrong: lower case
     "C-03": (["stop"], answer_from("info residues /A", lambda log: sequence(log).lower()),
              answer_from("info residues /A", sequence)),

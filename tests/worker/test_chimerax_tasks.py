@@ -122,3 +122,17 @@ def test_the_program_is_mapped_as_a_whole_word_and_the_rest_port_found() -> None
     assert adapter.launch_argv(ctx, "chimerax --nogui")[0] == "/opt/cx/bin/chimerax"  # type: ignore[arg-type]
     assert adapter.rest_port(["chimerax", "--nogui"]) is None
     assert 60 <= adapter.ready_timeout(ctx) <= adapter.MAX_READY_TIMEOUT_S  # type: ignore[arg-type]
+
+
+def test_a_key_into_the_view_is_resolved_to_this_build_s_path_and_nothing_else() -> None:
+    view = "._draw_shape.bindings._opengl_context.window.view."
+    model = "_state_containers.models._models.(1,)"
+    theirs = f"{model}._atoms_drawing{view}_background_rgba"
+    ours = f"{model}._child_drawings.#0{view}_background_rgba"
+    states = {ours: "[0.5 0.5 0.5 0.]", f"{model}._name": "1dns",
+              f"_state_containers.models._models.(2,)._child_drawings.#0{view}_x": 1}
+    assert adapter.equivalent_key(states, theirs) == ours
+    assert adapter.equivalent_key(states, f"{model}._name") == f"{model}._name"
+    assert adapter.equivalent_key(states, f"{model}._other") is None
+    assert adapter.equivalent_key(states, f"{model}._atoms_drawing{view}_x") is None  # model 2's
+    assert adapter.equivalent_key(states, f"{model}._atoms_drawing{view}_missing") is None
