@@ -76,6 +76,8 @@ BLOCKERS: dict[str, str] = {
             "state dump reaches it as an overlay of the view",
     "B-06": "its checker finds the scale bar by a label drawing's '_name'; this build's (1.12) "
             "state dump holds the label's 'name' instead",
+    "C-04": "its answer (12) is not this build's: after addh, /A:1 (4r0u's N-terminal THR) has "
+            "9 hydrogens (H1-H3, HA, HB, HG1, HG21-HG23), as an N-terminal threonine has",
     "D-03": "it needs AlphaFold's prediction service (the network)",
 }
 """Tasks of ScienceBoard's ChimeraX folder that cannot get a real verdict with this build,
