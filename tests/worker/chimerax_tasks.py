@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from coda.actions import TypeText
 from coda.contracts.desktop import EpisodeEnd
@@ -56,6 +57,28 @@ def in_command_line(command: str) -> Solution:
         wait_for(lambda: command in log_text(ctx)[before:], f"{command!r} in ChimeraX's Log",
                  WAIT_S, interval=0.5)
         return EpisodeEnd(kind="DONE")
+    return solve
+
+
+def then(*solutions: Solution) -> Solution:
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        end = EpisodeEnd(kind="DONE")
+        for solution in solutions:
+            end = solution(desktop, ctx)
+        return end
+    return solve
+
+
+def ended(kind: Literal["DONE", "FAIL"]) -> Solution:
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        return EpisodeEnd(kind=kind)
+    return solve
+
+
+def opened(path: str) -> Solution:
+    """Close what is open, then open the task's file (its path on this desktop)."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        return typed("close", f"open {ctx.rw(path)}")(desktop, ctx)
     return solve
 
 
@@ -145,6 +168,17 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # wrong: within 2.5 A
     "D-02": (["states"], in_command_line("contacts #1 distanceOnly 2.5"),
              in_command_line("contacts #1 distanceOnly 3.0")),
+    # hydrogens added by steric criteria only (the Log's "termini: 61 hydrogens added");
+    # wrong: by H-bond criteria too, the default (its Log says "16 hydrogen bonds" between);
+    # right: those deleted, then added again by steric criteria
+    "B-07": (["states"], in_command_line("addh"),
+             then(in_command_line("delete H"), in_command_line("addh hbond false"))),
+    # load ~/Downloads/prot.cif (the model's name); wrong: the same entry from the fetch cache
+    "A-02": (["states"], typed("open 3ppd"), opened("/home/user/Downloads/prot.cif")),
+    # axes through waters /A HOH 107 and 108: 4r0u has no HOH 108, so the agent must say it
+    # cannot (stop FAIL); wrong: an axis through HOH 107's neighbours instead, and done
+    "B-08": (["stop"], then(typed("define axis /A:106,107@O"), ended("DONE")),
+             then(typed("info residues :HOH"), ended("FAIL"))),
     # chain A's DNA sequence, upper case (an answer); wrong: lower case
     "C-03": (["stop"], answer_from("info residues /A", lambda log: sequence(log).lower()),
              answer_from("info residues /A", sequence)),
