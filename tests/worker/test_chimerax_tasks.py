@@ -109,7 +109,11 @@ def test_without_a_build_the_launch_is_unavailable_and_names_the_script(tmp_path
         adapter.step_launch(ctx, step)  # type: ignore[arg-type]
     assert err.value.status is StepStatus.UNAVAILABLE
     assert "bash scripts/chimerax.sh" in err.value.detail and missing in err.value.detail
-    assert ctx.guest.ran == [["test", "-x", missing]]
+    assert ctx.guest.ran == [f"command -v {missing}"]
+    bare = _Ctx({})
+    with pytest.raises(StepError) as err:
+        adapter.step_launch(bare, step)  # type: ignore[arg-type]
+    assert err.value.status is StepStatus.UNAVAILABLE and "PATH" in err.value.detail
 
 
 def test_the_program_is_mapped_as_a_whole_word_and_the_rest_port_found() -> None:

@@ -174,11 +174,11 @@ def step_launch(ctx: TaskContext, step: SetupStep) -> str:
     if not argv:
         raise StepError(StepStatus.FAILED, "field 'command' is empty")
     port = rest_port(argv)
-    if argv[0].startswith("/"):
-        found = ctx.guest.execute(["test", "-x", argv[0]])
-        if found.returncode not in (0, None):
-            raise StepError(StepStatus.UNAVAILABLE, f"ChimeraX is not built here ({argv[0]} "
-                            f"is missing): {build.BUILD_HINT}")
+    found = ctx.guest.execute(f"command -v {shlex.quote(argv[0])}", shell=True)
+    if found.returncode not in (0, None):
+        where = ("is missing" if argv[0].startswith("/") else "is not on this desktop's PATH")
+        raise StepError(StepStatus.UNAVAILABLE, f"ChimeraX is not built here ({argv[0]} "
+                        f"{where}): {build.BUILD_HINT}")
     placed = place_fetch_cache(ctx)
     if port is None:  # no remote control to wait on: the generic launch (a new window)
         return f"{launch_step(ctx, step)} (fetch cache: {placed} files)"
