@@ -124,6 +124,16 @@ def measured(log: str, decimals: int) -> str:
     return f"{float(m.group(1)):.{decimals}f}"
 
 
+def number_after(word: str) -> Callable[[str], str]:
+    """The number the log gives after ``word`` (``... num_pseudobonds 30``, ``29 hydrogen
+    bonds found``)."""
+    def pick(log: str) -> str:
+        m = re.search(rf"\b{word} ([0-9]+)\b|\b([0-9]+) {word}\b", log)
+        assert m is not None, log
+        return m.group(1) or m.group(2)
+    return pick
+
+
 def two_decimals(log: str) -> str:
     return measured(log, 2)
 
@@ -179,9 +189,38 @@ CASES: dict[str, tuple[list[str], Solution, Solution]] = {
     # cannot (stop FAIL); wrong: an axis through HOH 107's neighbours instead, and done
     "B-08": (["stop"], then(typed("define axis /A:106,107@O"), ended("DONE")),
              then(typed("info residues :HOH"), ended("FAIL"))),
+    # H-bonds drawn 0.1 A thick (the H-bond group's pseudobond drawing: its name and 12 half
+    # bonds, 6 H-bonds; the checker reads no radius); wrong: a looser distance tolerance,
+    # 1.0 A (12 H-bonds)
+    "B-02": (["states"], typed("hbonds radius 0.1 distSlop 1.0"),
+             typed("~hbonds", "hbonds radius 0.1")),
+    # H-bonds coloured rgb(139, 0, 0) within a 0.6 A tolerance (the drawing's colours: 10
+    # H-bonds, 20 halves); wrong: the colour at the default tolerance, 0.4 A (6 H-bonds)
+    "B-03": (["states"], typed("hbonds color rgb(139,0,0)"),
+             typed("~hbonds", "hbonds color rgb(139,0,0) distSlop 0.6")),
+    # the waters selected (``info sel``) and their centroid drawn with radius 1 (the centroid
+    # model's atoms drawing: centre and radius); wrong: radius 2
+    "B-04": (["states", "info"], typed("select :HOH", "define centroid sel radius 2"),
+             typed("close #1.1", "define centroid sel radius 1")),
+    # a colour key without border, with ticks (the key's attributes); wrong: ticks, with the
+    # default border
+    "B-05": (["states"], typed("key blue:0 white: red:1 ticks true"),
+             typed("key border false ticks true")),
+    # a scale bar 10 A long, 4 pixels thick (the scale bar label's width and height); wrong:
+    # 5 pixels thick
+    "B-06": (["states"], typed("scalebar 10 thickness 5"), typed("scalebar 10 thickness 4")),
     # chain A's DNA sequence, upper case (an answer); wrong: lower case
     "C-03": (["stop"], answer_from("info residues /A", lambda log: sequence(log).lower()),
              answer_from("info residues /A", sequence)),
+    # the base pairs' bonds that plain styling shows (the toolbar's Nucleotides > Plain:
+    # bases as atoms, where 3bna's file's 30 base-pair hydrogen bonds, the structure's
+    # "hydrogen bonds" pseudobond group, show between them; an answer); wrong: the H-bonds
+    # ChimeraX's hbonds finds between the strands instead (29; it replaces the group's bonds,
+    # so the right solution opens the entry again)
+    "C-05": (["stop"], answer_from("hbonds nucleic restrict cross", number_after("hydrogen")),
+             answer_from("info models #1.1 attribute num_pseudobonds",
+                         number_after("num_pseudobonds"),
+                         first="close; open 3bna; nucleotides atoms; style nucleic stick")),
     # the distance between the two CD atoms, two decimals (an answer); wrong: three decimals
     "C-06": (["stop"], answer_from("distance @CD", lambda log: measured(log, 3)),
              answer_from("distance @CD", two_decimals, first="~distance")),

@@ -140,3 +140,33 @@ def test_a_key_into_the_view_is_resolved_to_this_build_s_path_and_nothing_else()
     assert adapter.equivalent_key(states, f"{model}._other") is None
     assert adapter.equivalent_key(states, f"{model}._atoms_drawing{view}_x") is None  # model 2's
     assert adapter.equivalent_key(states, f"{model}._atoms_drawing{view}_missing") is None
+
+
+def test_objects_1_12_reaches_by_another_path_are_found_at_scienceboard_s_keys() -> None:
+    model = "_state_containers.models._models.(1,)"
+    group = f"{model}._child_drawings.#3"
+    overlay = f"{model}._child_drawings.#0._draw_shape.bindings._opengl_context.window.view" \
+              "._overlays.#0"
+    states = {f"{group}._name": "hydrogen bonds", f"{group}._child_drawings.#0.name": "pbonds",
+              f"{group}._child_drawings.#0._opaque_color_count": 12,
+              f"{model}._child_drawings.#2.name": "bonds", f"{model}._bonds_drawing": None,
+              f"{overlay}._name": "Color key", f"{overlay}._id.#0": 2, f"{overlay}._border": False,
+              f"{overlay}._child_drawings.#0._name": "",
+              f"{overlay}._child_drawings.#0.label.name": "scalebar"}
+    assert adapter.equivalent_key(states, f"{group}._pbond_drawing._opaque_color_count") \
+        == f"{group}._child_drawings.#0._opaque_color_count"
+    assert adapter.equivalent_key(states, f"{group}._pbond_drawing._colors") is None
+    # an attribute the dump holds (None: no drawing) is never replaced by a child's
+    assert adapter.equivalent_key(states, f"{model}._bonds_drawing._colors") is None
+    key = "_state_containers.models._models.(2,)"
+    assert adapter.equivalent_key(states, f"{key}._border") == f"{overlay}._border"
+    assert adapter.equivalent_key(states, "_state_containers.models._models.(3,)._border") is None
+    label = f"{overlay}._child_drawings.#0.label"
+    assert adapter.equivalent_key(states, f"{label}.drawing._name") == f"{label}.name"
+    known = adapter.aliases(states)
+    findable = adapter._findable(states, known)
+    assert findable[f"{key}._name"] == "Color key" and findable[f"{label}.drawing._name"] \
+        == "scalebar"
+    # a model list that holds the id already keeps its own entries
+    states["_state_containers.models._models.(2,)._name"] = "other"
+    assert adapter.equivalent_key(states, f"{key}._border") is None

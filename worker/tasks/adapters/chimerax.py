@@ -17,9 +17,11 @@ makes the step *unavailable*, naming the script), on the desktop's session bus o
 one it starts (closed with the desktop's processes at reset), and is done when the REST
 remote control answers, within :func:`ready_timeout` (not after the task's fixed 7.5 s).
 
-``states`` keys into the graphics view are resolved to the path by which this build's dump
-reaches the same view (:func:`equivalent_key`): ScienceBoard's ChimeraX 1.8/1.9 reaches it
-through a structure's ``_atoms_drawing``, this build (1.12) through ``_child_drawings.#0``."""
+``states`` keys that name an object by the path ScienceBoard's ChimeraX 1.8/1.9 dump reaches
+it by are resolved to the path by which this build's (1.12) dump reaches the same object
+(:func:`equivalent_key`, :func:`aliases`): the graphics view (through a structure's
+``_atoms_drawing`` there, its ``_child_drawings.#0`` here), a structure's or pseudobond
+group's drawings, a model reached first as an overlay of the view, a 2D label's name."""
 
 from __future__ import annotations
 
@@ -69,13 +71,6 @@ agent starts, so a reset closes it) where the desktop has none."""
 BLOCKERS: dict[str, str] = {
     "B-01": "this build's coulombic fails (it finds no AmberTools 'amberXX' folder for its "
             "charges), so no surface is coloured",
-    **dict.fromkeys(("B-02", "B-03", "B-04"), "its checker's keys name the pseudobond or "
-                    "centroid drawing as ChimeraX 1.8/1.9's state dump reaches it; this build's "
-                    "(1.12) dump reaches it by another path"),
-    "B-05": "its checker finds the colour key as a model ('…)._name'); this build's (1.12) "
-            "state dump reaches it as an overlay of the view",
-    "B-06": "its checker finds the scale bar by a label drawing's '_name'; this build's (1.12) "
-            "state dump holds the label's 'name' instead",
     "C-04": "its answer (12) is not this build's: after addh, /A:1 (4r0u's N-terminal THR) has "
             "9 hydrogens (H1-H3, HA, HB, HG1, HG21-HG23), as an N-terminal threonine has",
     "D-03": "it needs AlphaFold's prediction service (the network)",
@@ -270,17 +265,60 @@ def _lambda(source: str) -> Any:
 
 VIEW_HOP = "._draw_shape.bindings._opengl_context.window.view."
 MODEL = re.compile(r"^_state_containers\.models\._models\.\([0-9, ]+\)\.")
+MODEL_LIST = "_state_containers.models._models."
+DRAWING_ATTRS = {"atoms": "_atoms_drawing", "bonds": "_bonds_drawing", "pbonds": "_pbond_drawing"}
+"""A structure's (a pseudobond group's) drawing, by its name, and the attribute that holds it."""
+CHILD_NAME = re.compile(r"^(.*)\._child_drawings\.#\d+\.name$")
+OVERLAY_ID = re.compile(r"^(.*\.view\._overlays\.#\d+(?:\._child_drawings\.#\d+)*)\._id\.#0$")
+LABEL_NAME = re.compile(r"^(.*\.label)\.name$")
+MAX_HOPS = 4
 
 
-def equivalent_key(states: dict[str, Any], key: str) -> str | None:
-    """``key`` itself when the dump has it; else, for a key into the graphics view (a single
-    object of the session, which the dump reaches through the first drawing of a model that
-    holds it), the key by which this build's dump reaches the same attribute of the view from
-    the same model (pure). ScienceBoard's ChimeraX 1.8/1.9 dumps reach the view through a
-    structure's ``_atoms_drawing``; this build (1.12) through its ``_child_drawings.#0``:
-    the same view, another path, and the tasks' keys name the former."""
-    if key in states:
-        return key
+def aliases(states: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """How this build's (1.12) dump reaches objects that ScienceBoard's ChimeraX 1.8/1.9 dumps
+    reach by another path (pure): (single keys: theirs -> ours, prefixes: [(theirs, ours)],
+    longest first). The dump names each object once, by the first path it walks to it, so
+    the same object has another key where 1.12 walks another way first:
+
+    - a structure's atoms/bonds drawing and a pseudobond group's drawing (``_atoms_drawing``,
+      ``_bonds_drawing``, ``_pbond_drawing``): 1.12 reaches it first as the model's child
+      drawing of that name (``atoms``, ``bonds``, ``pbonds``); never where the attribute is
+      itself in the dump (``None``: no such drawing);
+    - a model that 1.12 reaches first as an overlay of the graphics view (a colour key, 2D
+      labels): its place in the model list, ``_models.(<its id>)``, where the list holds
+      nothing under that id;
+    - a 2D label's model's name (``<label>.drawing._name``): 1.8/1.9 name the model after the
+      label (``scalebar``), 1.12 renames it after the label's text, and reaches the label
+      first from its model (``<model>.label``, whose ``drawing`` is that model): the label's
+      own ``name``."""
+    keys: dict[str, str] = {}
+    prefixes: list[tuple[str, str]] = []
+    for key, value in states.items():
+        child = CHILD_NAME.match(key)
+        if child and isinstance(value, str) and value in DRAWING_ATTRS:
+            attr = f"{child.group(1)}.{DRAWING_ATTRS[value]}"
+            if attr not in states:
+                prefixes.append((attr + ".", key.removesuffix("name")))
+            continue
+        overlay = OVERLAY_ID.match(key)
+        if overlay:
+            ours = overlay.group(1)
+            ids, n = [], 0
+            while f"{ours}._id.#{n}" in states:
+                ids.append(int(states[f"{ours}._id.#{n}"]))
+                n += 1
+            theirs = f"{MODEL_LIST}{tuple(ids)}."
+            if not any(k.startswith(theirs) for k in states):
+                prefixes.append((theirs, ours + "."))
+            continue
+        label = LABEL_NAME.match(key)
+        if label and f"{label.group(1)}.drawing._name" not in states:
+            keys[f"{label.group(1)}.drawing._name"] = key
+    prefixes.sort(key=lambda p: -len(p[0]))
+    return keys, prefixes
+
+
+def _view_key(states: dict[str, Any], key: str) -> str | None:
     if key.count(VIEW_HOP) != 1:
         return None
     head, tail = key.split(VIEW_HOP)
@@ -292,18 +330,64 @@ def equivalent_key(states: dict[str, Any], key: str) -> str | None:
                  and k.count(VIEW_HOP) == 1), None)
 
 
+def equivalent_key(states: dict[str, Any], key: str,
+                   known: tuple[dict[str, str], list[tuple[str, str]]] | None = None
+                   ) -> str | None:
+    """``key`` itself when the dump has it; else the key by which this build's dump reaches
+    the same attribute of the same object (pure): by :func:`aliases`, then, for a key into
+    the graphics view (a single object of the session, which the dump reaches through the
+    first drawing of a model that holds it), from the same model. ScienceBoard's ChimeraX
+    1.8/1.9 dumps reach the view through a structure's ``_atoms_drawing``; this build (1.12)
+    through its ``_child_drawings.#0``: the same view, another path, and the tasks' keys
+    name the former."""
+    if key in states:
+        return key
+    singles, prefixes = aliases(states) if known is None else known
+    for _ in range(MAX_HOPS):
+        if key in singles:
+            return singles[key]
+        nxt = next((ours + key[len(theirs):] for theirs, ours in prefixes
+                    if key.startswith(theirs)), None)
+        if nxt is None:
+            break
+        if nxt in states:
+            return nxt
+        key = nxt
+    return _view_key(states, key)
+
+
+def _findable(states: dict[str, Any],
+              known: tuple[dict[str, str], list[tuple[str, str]]]) -> dict[str, Any]:
+    """The dump's entries, with those of :func:`aliases` under ScienceBoard's keys for a
+    ``find`` to match: a single key, and the direct attributes (``<prefix>_name``) of an
+    aliased object (its whole subtree would double the dump)."""
+    singles, prefixes = known
+    found = dict(states)
+    for theirs, ours in singles.items():
+        found.setdefault(theirs, states[ours])
+    for theirs, ours in prefixes:
+        for key, value in states.items():
+            if key.startswith(ours) and "." not in key[len(ours):]:
+                found.setdefault(theirs + key[len(ours):], value)
+    return found
+
+
 def check_states(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
     states = states_dump(ctx)
+    known = aliases(states)
+    via = ""
     key_src: str = item["key"]
     check_null = "value" in item and item["value"] is None
     if "find" in item:
         find = _lambda(item["find"])
-        keys = [k for k, v in states.items() if find(k, v)]
+        keys = [k for k, v in _findable(states, known).items() if find(k, v)]
         if check_null:
             return _states_result(not keys, "no entry expected")
         if not keys:
             return _states_result(False, "nothing matched 'find'")
         raw_key = _lambda(key_src)(keys[0])
+        if keys[0] not in states:
+            via = f"found as {equivalent_key(states, keys[0], known)}"
     elif key_src.startswith("lambda"):
         keys = [k for k in states if _lambda(key_src)(k)]
         if check_null:
@@ -315,12 +399,14 @@ def check_states(ctx: TaskContext, item: dict[str, Any]) -> CheckResult:
         if check_null:
             return _states_result(key_src not in states, f"{key_src} must be absent")
         raw_key = key_src
-    found = equivalent_key(states, raw_key)
+    found = equivalent_key(states, raw_key, known)
     if found is None:
         return _states_result(False, f"{raw_key} not in the session state")
     value = states[found]
     if found != raw_key:
         raw_key = f"{raw_key} (reached as {found})"
+    if via:
+        raw_key = f"{raw_key} ({via})"
     if item.get("pattern") is not None:
         text = value if isinstance(value, str) else json.dumps(value)
         return _states_result(re.search(item["pattern"], text) is not None, raw_key)
