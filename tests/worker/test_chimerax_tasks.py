@@ -163,6 +163,8 @@ def test_objects_1_12_reaches_by_another_path_are_found_at_scienceboard_s_keys()
     assert adapter.equivalent_key(states, "_state_containers.models._models.(3,)._border") is None
     label = f"{overlay}._child_drawings.#0.label"
     assert adapter.equivalent_key(states, f"{label}.drawing._name") == f"{label}.name"
+    # a label the dump holds without its model is not taken for one
+    assert adapter.equivalent_key({"x.label.name": "scalebar"}, "x.label.drawing._name") is None
     known = adapter.aliases(states)
     findable = adapter._findable(states, known)
     assert findable[f"{key}._name"] == "Color key" and findable[f"{label}.drawing._name"] \

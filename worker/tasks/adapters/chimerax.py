@@ -289,8 +289,8 @@ def aliases(states: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, str
       nothing under that id;
     - a 2D label's model's name (``<label>.drawing._name``): 1.8/1.9 name the model after the
       label (``scalebar``), 1.12 renames it after the label's text, and reaches the label
-      first from its model (``<model>.label``, whose ``drawing`` is that model): the label's
-      own ``name``."""
+      first from its model (``<model>.label``, whose ``drawing`` is that model, itself in the
+      dump with its ``_name``): the label's own ``name``."""
     keys: dict[str, str] = {}
     prefixes: list[tuple[str, str]] = []
     for key, value in states.items():
@@ -312,7 +312,8 @@ def aliases(states: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, str
                 prefixes.append((theirs, ours + "."))
             continue
         label = LABEL_NAME.match(key)
-        if label and f"{label.group(1)}.drawing._name" not in states:
+        if (label and f"{label.group(1).removesuffix('.label')}._name" in states
+                and f"{label.group(1)}.drawing._name" not in states):
             keys[f"{label.group(1)}.drawing._name"] = key
     prefixes.sort(key=lambda p: -len(p[0]))
     return keys, prefixes
