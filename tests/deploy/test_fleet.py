@@ -406,7 +406,7 @@ def test_3_rolling_upgrade_of_a_vm_server(fleet: Fleet) -> None:
     attempts = fleet.exactly_once(batch)
     # an episode the drain gave back ran again elsewhere (or here, after the upgrade)
     requeued = sum(1 for n in attempts.values() if n > 1)
-    assert requeued <= stopped.get("given_back", 0), (attempts, stopped)
+    assert requeued <= stopped.get("cut_short", 0), (attempts, stopped)
     # it takes work again, on the new image
     again = fleet.submit("fleet-upgrade-back")
     fleet.wait_finished(again, "a batch after the upgrade")

@@ -313,7 +313,7 @@ def test_sigterm_lets_the_running_episode_finish(
         worker.stop()
     ep = rest.episode(episode_id)
     _assert_c02_solved(ep, attempt=1)
-    assert '"given_back": 0' in worker.full_log()
+    assert '"cut_short": 0' in worker.full_log()
 
 
 def test_sigterm_past_the_grace_period_gives_the_episode_back(

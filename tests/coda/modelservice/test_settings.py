@@ -44,7 +44,7 @@ def test_backend_is_a_typed_spec(cls: type[BackendSpec]) -> None:
     settings = cls(backend="openai", base_url="http://vllm:8000/v1", api_key="k" * 20)
     spec = settings.spec()
     assert type(spec) is BackendSpec and spec.base_url == "http://vllm:8000/v1"
-    with pytest.raises(ValidationError, match="'transformers', 'openai' or 'replay'"):
+    with pytest.raises(ValidationError, match="'transformers', 'openai', 'replay' or 'ocr'"):
         cls(backend="vllm")
     with pytest.raises(ValidationError, match="base_url is required"):
         cls(backend="openai")
