@@ -22,7 +22,12 @@ from coda.contracts.desktop import EpisodeEnd
 from coda.logging import get_logger
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
-from tests.worker.helpers import Solution, open_context_menu, wrong_fails_then_right_passes
+from tests.worker.helpers import (
+    Solution,
+    open_context_menu,
+    then,
+    wrong_fails_then_right_passes,
+)
 from worker.providers.base import Desktop
 from worker.providers.image import celestia as build
 from worker.tasks import TaskContext, run_setup
@@ -291,15 +296,6 @@ def julian_date(value: float) -> Solution:
         wait_for(lambda: not dialog_open(ctx, SET_TIME), "the Set Time dialog closed", WAIT_S)
         shows(ctx, lambda d: abs(d["time"]["value"] - value) < 0.01, f"Julian date {value}")
         return EpisodeEnd(kind="DONE")
-    return solve
-
-
-def then(*solutions: Solution) -> Solution:
-    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        end = EpisodeEnd(kind="DONE")
-        for s in solutions:
-            end = s(desktop, ctx)
-        return end
     return solve
 
 

@@ -16,7 +16,7 @@ from coda.actions import TypeText
 from coda.contracts.desktop import EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
-from tests.worker.helpers import Solution, wrong_fails_then_right_passes
+from tests.worker.helpers import Solution, then, wrong_fails_then_right_passes
 from worker.providers.base import Desktop
 from worker.tasks import TaskContext, run_setup
 from worker.tasks.adapters.chimerax import states_dump
@@ -57,15 +57,6 @@ def in_command_line(command: str) -> Solution:
         wait_for(lambda: command in log_text(ctx)[before:], f"{command!r} in ChimeraX's Log",
                  WAIT_S, interval=0.5)
         return EpisodeEnd(kind="DONE")
-    return solve
-
-
-def then(*solutions: Solution) -> Solution:
-    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
-        end = EpisodeEnd(kind="DONE")
-        for solution in solutions:
-            end = solution(desktop, ctx)
-        return end
     return solve
 
 

@@ -21,6 +21,16 @@ Solution = Callable[[Desktop, TaskContext], EpisodeEnd]
 """A scripted solution of a task: GUI actions on the desktop, done when its effect shows."""
 
 
+def then(*solutions: Solution) -> Solution:
+    """The solutions one after the other; the episode ends as the last one ends it."""
+    def solve(desktop: Desktop, ctx: TaskContext) -> EpisodeEnd:
+        end = EpisodeEnd(kind="DONE")
+        for solution in solutions:
+            end = solution(desktop, ctx)
+        return end
+    return solve
+
+
 def window(guest: GuestClient | None, needle: str) -> WindowInfo | None:
     """The first window whose title or class contains ``needle`` (case-insensitive)."""
     n = needle.lower()
