@@ -21,16 +21,24 @@ KEY_ENV = "CODA_CELESTIA_KEY"
 BUILD_HINT = "build it with 'sudo bash scripts/celestia.sh' (about 11 minutes on 2 cores)"
 
 
+def build_root(name: str, env: dict[str, str] | None = None) -> Path:
+    """Where ``scripts/<name>.sh`` installs its builds (the scripts compute the same):
+    ``$CODA_<NAME>_DIR``; else ``/var/lib/coda/<name>`` as root (following
+    ``$CODA_EMBEDDED_ROOT``); else ``~/.cache/coda/<name>``."""
+    env = dict(os.environ) if env is None else env
+    given = env.get(f"CODA_{name.upper()}_DIR")
+    if given:
+        return Path(given)
+    if os.geteuid() == 0:
+        return Path(env.get("CODA_EMBEDDED_ROOT") or "/var/lib/coda") / name
+    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "coda" / name
+
+
 def root(env: dict[str, str] | None = None) -> Path:
     """The script's install root: ``$CODA_CELESTIA_DIR``; else ``/var/lib/coda/celestia`` as
     root (following ``$CODA_EMBEDDED_ROOT``); else ``~/.cache/coda/celestia``."""
-    env = dict(os.environ) if env is None else env
-    if env.get("CODA_CELESTIA_DIR"):
-        return Path(env["CODA_CELESTIA_DIR"])
-    if os.geteuid() == 0:
-        return Path(env.get("CODA_EMBEDDED_ROOT") or "/var/lib/coda") / "celestia"
-    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "coda" / "celestia"
+    return build_root("celestia", env)
 
 
 @lru_cache(maxsize=1)

@@ -12,6 +12,8 @@ import os
 import re
 from pathlib import Path
 
+from worker.providers.image.celestia import build_root
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "chimerax.sh"
 LAUNCHER = "bin/chimerax"
@@ -26,13 +28,7 @@ BUILD_HINT = ("build it with 'bash scripts/chimerax.sh' (as root, or it asks for
 def root(env: dict[str, str] | None = None) -> Path:
     """The script's install root: ``$CODA_CHIMERAX_DIR``; else ``/var/lib/coda/chimerax`` as
     root (following ``$CODA_EMBEDDED_ROOT``); else ``~/.cache/coda/chimerax``."""
-    env = dict(os.environ) if env is None else env
-    if env.get("CODA_CHIMERAX_DIR"):
-        return Path(env["CODA_CHIMERAX_DIR"])
-    if os.geteuid() == 0:
-        return Path(env.get("CODA_EMBEDDED_ROOT") or "/var/lib/coda") / "chimerax"
-    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "coda" / "chimerax"
+    return build_root("chimerax", env)
 
 
 def key(script: Path = SCRIPT) -> str:
