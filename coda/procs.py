@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,8 +21,37 @@ Probe = str | Callable[[], bool]
 """Readiness: an HTTP URL that answers 2xx, or a callable that returns True once ready."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 20_000  # below: most registered services and common development servers
+
+
+def ephemeral_ports(source: Path = EPHEMERAL_RANGE) -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(x) for x in source.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on host (the kernel's pick)."""
+    """A TCP port that is free right now on host, picked below the ephemeral range.
+
+    The kernel's own pick (bind to port 0) comes from the ephemeral range, the one Docker also
+    draws from when it publishes a container's port on a host port of its choice and the one an
+    outgoing connection takes its source port from: a port picked there could be taken by either
+    before its user binds it (a compose project once failed with "port is already allocated").
+    The kernel's pick is the fallback where no port below that range is free."""
+    low, _ = ephemeral_ports()
+    rng = random.SystemRandom()
+    if low - 1 > LOWEST_PORT:
+        for port in rng.sample(range(LOWEST_PORT, low), min(64, low - LOWEST_PORT)):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

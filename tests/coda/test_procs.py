@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from coda.procs import free_port, start_process, start_ready, stop_process, wait_ready
+from coda.procs import ephemeral_ports, free_port, start_process, start_ready, stop_process, wait_ready
 from tests.fixtures.waiting import wait_for
 
 
@@ -24,6 +25,20 @@ def test_ready_when_the_url_answers_2xx(tmp_path: Path) -> None:
     finally:
         stop_process(proc)
     assert log.is_file()  # its folder made, its output kept
+
+
+def test_a_free_port_lies_below_the_ephemeral_range_docker_also_draws_from(
+        tmp_path: Path) -> None:
+    low, high = ephemeral_ports()
+    assert 0 < low < high
+    ports = {free_port() for _ in range(20)}
+    assert all(20_000 <= p < low for p in ports) and len(ports) > 1
+    for p in ports:  # free: binds
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", p))
+    garbled = tmp_path / "range"
+    garbled.write_text("not numbers\n")
+    assert ephemeral_ports(garbled) == (32768, 60999)
 
 
 def test_a_callable_probe_and_the_environment(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from PIL import Image
 
-from coda.actions import RightClick
+from coda.actions import Action, RightClick
 from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd, WindowInfo
 from tests.fixtures.waiting import wait_for
 from worker.providers.base import Desktop
@@ -74,6 +74,26 @@ def wrong_fails_then_right_passes(desktop: Desktop, ctx: TaskContext, families: 
 
 RECLICK_S = 5.0
 """No context menu this long after a right-click: it is sent again."""
+
+
+def act_until(desktop: Desktop, action: Action, done: Callable[[], bool], what: str,
+              timeout: float = 60.0, *, unmoved: Callable[[], bool]) -> None:
+    """Do ``action`` and wait until ``done()``; while the application still shows the state
+    it was in before (``unmoved()``) :data:`RECLICK_S` after a try, do it again: a busy GUI
+    can drop an input (a key that a widget still opening takes for itself), and doing it again
+    from the same state is what a person does. Never repeated once the state moved on."""
+    sent: list[float] = []
+
+    def moved() -> bool:
+        if sent and done():
+            return True
+        if not sent or (time.monotonic() - sent[-1] > RECLICK_S and unmoved()):
+            result = desktop.act(action)
+            assert result.ok, result.error
+            sent.append(time.monotonic())
+        return False
+
+    wait_for(moved, what, timeout, logs=lambda: f"{action} done {len(sent)} times")
 
 
 def open_context_menu(desktop: Desktop, at: Callable[[], RightClick], what: str,

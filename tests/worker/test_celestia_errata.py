@@ -12,6 +12,7 @@ import pytest
 
 from coda.contracts.desktop import CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
+from worker.tasks import answer_errata
 from worker.tasks.adapters.celestia import errata
 from worker.tasks.checkers import run_checkers
 from worker.tasks.context import TaskContext
@@ -31,7 +32,7 @@ def test_every_erratum_names_its_task_file() -> None:
     for erratum in errata.ERRATA:
         task = load_task_file(TASKS / f"{erratum.task}.json")
         [item] = [e.model_dump() for e in task.evaluators]
-        assert errata.for_stop(task, item) is erratum
+        assert answer_errata.for_stop(task, item, errata.ERRATA) is erratum
         assert erratum.wrong and erratum.evidence
 
 
@@ -55,9 +56,11 @@ def test_both_modes(task: str, answer: str, off: CheckVerdict, on: CheckVerdict)
 def test_an_erratum_needs_the_task_s_own_instruction_and_words() -> None:
     task = load_task_file(TASKS / "D-03.json")
     item = task.evaluators[0].model_dump()
-    assert errata.for_stop(task.model_copy(update={"instruction": "Other?"}), item) is None
-    assert errata.for_stop(task, {**item, "args": ["31.0"]}) is None
-    assert errata.for_stop(task.model_copy(update={"app": "KAlgebra"}), item) is None
+    other = task.model_copy(update={"instruction": "Other?"})
+    assert answer_errata.for_stop(other, item, errata.ERRATA) is None
+    assert answer_errata.for_stop(task, {**item, "args": ["31.0"]}, errata.ERRATA) is None
+    assert answer_errata.for_stop(task.model_copy(update={"app": "KAlgebra"}), item,
+                                  errata.ERRATA) is None
     ctx = TaskContext(task=task, guest=cast(Any, None), errata=True)
     done = run_checkers(ctx, EpisodeEnd(kind="DONE"))
     assert done.verdict is CheckVerdict.FAILURE and done.results[0].status is CheckStatus.FAIL

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from coda import procs
-from coda.contracts.desktop import CommandReply, StepStatus
+from coda.contracts.desktop import CheckVerdict, CommandReply, EpisodeEnd, StepStatus
 from coda.tasks import SetupStep
 from worker.providers.base import GuestLayout
 from worker.providers.image import chimerax as build
 from worker.providers.local import LocalDesktop
+from worker.tasks import run_checkers
 from worker.tasks.adapters import chimerax as adapter
 from worker.tasks.context import StepError
 
 from .chimerax_helpers import require_build
-from .chimerax_tasks import CASES, setup_task, wrong_then_right
+from .chimerax_tasks import CASES, answer_from, atom_count, setup_task, wrong_then_right
 
 LAUNCH = ["chimerax", "--cmd", "remotecontrol rest start json true port «PORTLIKE»"]
 
@@ -36,6 +37,19 @@ def _built(desktop_host: None) -> None:
 def test_chimerax_task_wrong_then_right_on_the_real_chimerax(_built: None, desktop: LocalDesktop,
                                                              name: str) -> None:
     wrong_then_right(desktop, name)
+
+
+def test_c_04_this_build_counts_nine_hydrogens_which_only_the_erratum_passes(
+        _built: None, desktop: LocalDesktop) -> None:
+    ctx = setup_task(desktop, "C-04")
+    end = answer_from("info atoms /A:1 & H", atom_count, first="addh")(desktop, ctx)
+    assert end == EpisodeEnd(kind="ANS", answer="9")
+    assert run_checkers(ctx, end).verdict is CheckVerdict.FAILURE  # ScienceBoard's 12
+    ctx.errata = True
+    outcome = run_checkers(ctx, end)
+    assert outcome.verdict is CheckVerdict.SUCCESS and "erratum C-04" in outcome.results[0].detail
+    scienceboard = EpisodeEnd(kind="ANS", answer="12")
+    assert run_checkers(ctx, scienceboard).verdict is CheckVerdict.FAILURE
 
 
 def _slot_processes(desktop: LocalDesktop) -> dict[int, str]:
@@ -166,7 +180,7 @@ def test_objects_1_12_reaches_by_another_path_are_found_at_scienceboard_s_keys()
     # a label the dump holds without its model is not taken for one
     assert adapter.equivalent_key({"x.label.name": "scalebar"}, "x.label.drawing._name") is None
     known = adapter.aliases(states)
-    findable = adapter._findable(states, known)
+    findable = adapter.findable_states(states, known)
     assert findable[f"{key}._name"] == "Color key" and findable[f"{label}.drawing._name"] \
         == "scalebar"
     # a model list that holds the id already keeps its own entries

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from coda.actions import Action, DoubleClick, Hotkey, Press, TypeText, Wait
+from coda.actions import DoubleClick, Hotkey, Press, TypeText
 from coda.contracts.desktop import CheckOutcome, CheckStatus, CheckVerdict, EpisodeEnd
 from coda.tasks import load_task_file
 from tests.fixtures.waiting import wait_for
+from tests.worker.helpers import act_until
 from worker.providers.local import LocalDesktop
 from worker.tasks import TaskContext, run_checkers, run_setup
 from worker.tasks.adapters.kalgebra import desktop as kdesktop
@@ -52,22 +53,52 @@ def ui(*commands: tuple[str, ...]) -> Solution:
     return solve
 
 
+def editor_shown(ctx: TaskContext) -> bool:
+    """Whether the Functions panel shows a function's editor."""
+    return bool(kdesktop.helper(ctx, "editor")["editor"])
+
+
+def focused(ctx: TaskContext, role: str, index: int | None = None) -> bool:
+    """Whether the Functions panel's focus is on an accessible of ``role`` (at ``index`` among
+    its siblings, where given; a list's cells keep a stale mark, never looked for)."""
+    return any(f["role"] == role and index in (None, f["index"])
+               for f in kdesktop.helper(ctx, "focus")["focus"])
+
+
 def recolour(downs: int) -> Solution:
     """Give the 2D plot the colour ``downs`` rows below the colour box's first entry (Custom...;
     then white, three greys, black, ..., teal, navy, purple), as a user does: double-click the
     plot in the Functions list (its Editing page opens on the plot's expression), Tab to the
-    colour box, open it, pick the colour, Shift+Tab back to the expression and Return (OK)."""
+    colour box, open it, pick the colour, Shift+Tab back to the expression and Return (OK).
+    Each input waits until KAlgebra shows what it did (the focus where it moved it), and is
+    done again while KAlgebra still shows the state before it: on a busy machine the Editing
+    page opens late, and its expression editor takes the first Tab for itself."""
     def solve(desktop: LocalDesktop, ctx: TaskContext) -> EpisodeEnd:
         row = kdesktop.helper(ctx, "colours")["rows"][0]["plot_box"]
-        steps: list[Action] = [
-            DoubleClick(x=row[0] + row[2] // 2, y=row[1] + row[3] // 2), Wait(seconds=1),
-            Press(key="tab"), Hotkey(keys=["alt", "down"]), Wait(seconds=1),
-            Press(key="home"), *[Press(key="down")] * downs, Press(key="enter"),
-            Wait(seconds=1), Hotkey(keys=["shift", "tab"]), Press(key="enter"),
-            Wait(seconds=1)]
-        for action in steps:
+
+        def on_text() -> bool:
+            return focused(ctx, "text")
+
+        def on_box() -> bool:
+            return focused(ctx, "combo box")
+
+        act_until(desktop, DoubleClick(x=row[0] + row[2] // 2, y=row[1] + row[3] // 2),
+                  lambda: editor_shown(ctx) and on_text(), "the plot's Editing page",
+                  unmoved=lambda: not editor_shown(ctx))
+        act_until(desktop, Press(key="tab"), on_box, "the focus on the colour box",
+                  unmoved=on_text)
+        act_until(desktop, Hotkey(keys=["alt", "down"]), lambda: focused(ctx, "list item"),
+                  "the colour box's list open", unmoved=on_box)
+        for action in (Press(key="home"), *[Press(key="down")] * downs):
             result = desktop.act(action)
             assert result.ok, result.error
+        wait_for(lambda: focused(ctx, "list item", downs), f"the colour {downs} rows down")
+        act_until(desktop, Press(key="enter"), on_box, "the colour picked, its list closed",
+                  unmoved=lambda: focused(ctx, "list item", downs))
+        act_until(desktop, Hotkey(keys=["shift", "tab"]), on_text,
+                  "the focus back on the expression", unmoved=on_box)
+        act_until(desktop, Press(key="enter"), lambda: not editor_shown(ctx),
+                  "the plot accepted (its Editing page closed)", unmoved=on_text)
         return EpisodeEnd(kind="DONE")
     return solve
 

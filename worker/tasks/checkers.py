@@ -24,14 +24,17 @@ from coda.contracts.desktop import (
     EpisodeEnd,
 )
 from worker.providers.client import GuestError
-from worker.tasks.adapters import app_checker
+from worker.tasks import answer_errata
+from worker.tasks.adapters import app_checker, chimerax
 from worker.tasks.adapters.base import CheckHandler
-from worker.tasks.adapters.celestia import errata as answer_errata
+from worker.tasks.adapters.celestia import errata as celestia_errata
 from worker.tasks.adapters.texstudio import TEXSTUDIO
 from worker.tasks.context import CheckError, TaskContext
 from worker.tasks.osworld_eval import run_osworld
 
 GENERIC_CHECKERS: dict[str, CheckHandler] = dict(TEXSTUDIO.checkers)
+ANSWER_ERRATA = (*celestia_errata.ERRATA, *chimerax.ERRATA)
+"""Every known defective answer, each applied to its own application's tasks."""
 
 
 def episode_end(last: Action | None) -> EpisodeEnd:
@@ -65,7 +68,7 @@ def run_item(ctx: TaskContext, item: dict[str, Any], end: EpisodeEnd) -> CheckRe
     kind = str(item.get("type", ""))
     if kind == "stop":
         result = check_stop(item, end)
-        erratum = answer_errata.for_stop(ctx.task, item) if ctx.errata else None
+        erratum = answer_errata.for_stop(ctx.task, item, ANSWER_ERRATA) if ctx.errata else None
         return result if erratum is None else answer_errata.apply(erratum, end, result)
     if kind == "osworld":
         return run_osworld(ctx, item, end)

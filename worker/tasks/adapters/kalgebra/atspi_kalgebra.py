@@ -14,7 +14,9 @@ JSON object. Debian's KAlgebra (Qt 5) publishes, with ``QT_LINUX_ACCESSIBILITY_A
 
 ``python3 atspi_kalgebra.py COMMAND [ARG]`` with COMMAND one of ``state``, ``tab INDEX``,
 ``add2d EXPR``, ``add3d EXPR``, ``menu MENU ITEM``, ``colours`` (the 2D Graph tab and the
-Functions list shown, the screen boxes of the 2D view and of each list row), ``parts VARIABLE``
+Functions list shown, the screen boxes of the 2D view and of each list row), ``editor`` (whether
+the Functions panel shows a function's editor), ``focus`` (what has the keyboard focus in
+that panel: both for a test that drives KAlgebra with keys to wait on), ``parts VARIABLE``
 (the variable's real and imaginary parts, which the Calculator's console calculates into two
 new variables: the Variables panel shows a number's real part only). Every command waits on
 the tree (never a fixed delay) up to ``CODA_KALGEBRA_TIMEOUT_S`` (20) seconds and exits 0
@@ -353,6 +355,30 @@ def cmd_colours(k: KAlgebra) -> dict[str, Any]:
     return {"rows": rows, "view": view}
 
 
+def cmd_editor(k: KAlgebra) -> dict[str, Any]:
+    """Whether the Functions panel shows a function's editor (its Add page, or the Editing page a
+    double-click on a plot opens): its OK button is on the screen (Qt keeps the list's rows
+    marked *showing* behind it)."""
+    frame = k.docks.get("Functions")
+    if frame is None:
+        raise Failure("KAlgebra's Functions panel is not in the accessibility tree")
+    shown = any(role(acc) == "push button" and name(acc) == "OK" and has_state(acc, "showing")
+                for acc in walk(frame, max_depth=8))
+    return {"editor": shown}
+
+
+def cmd_focus(k: KAlgebra) -> dict[str, Any]:
+    """What has the keyboard focus in the Functions panel: each shown, focusable accessible in
+    the focused state (Qt leaves the mark on a list's cells after the focus moved on), its role
+    and its index among its parent's children (a combo box's list items are its children)."""
+    frame = k.docks.get("Functions")
+    if frame is None:
+        raise Failure("KAlgebra's Functions panel is not in the accessibility tree")
+    return {"focus": [{"role": role(acc), "index": acc.get_index_in_parent()}
+                      for acc in walk(frame, max_depth=12)
+                      if all(has_state(acc, s) for s in ("focused", "focusable", "showing"))]}
+
+
 def _menu_entry(k: KAlgebra, menu: str, item: str) -> Any:
     for acc in walk(k.main, max_depth=6):
         if role(acc) == "menu item" and name(acc) == menu and acc.get_child_count():
@@ -390,6 +416,10 @@ def main(argv: list[str]) -> int:  # pragma: no cover - runs in the guest's syst
             out = cmd_menu(k, argv[1], argv[2])
         elif command == "colours":
             out = cmd_colours(k)
+        elif command == "focus":
+            out = cmd_focus(k)
+        elif command == "editor":
+            out = cmd_editor(k)
         elif command == "parts":
             out = cmd_parts(k, argv[1])
         else:
