@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -15,10 +16,36 @@ from coda.logging import configure_logging
 from coda_app.cli_options import LogFormat, LogFormatOption, json_logs
 from coda_app.learning.curriculum import CurriculumError
 from coda_app.learning.result import LearnResult
-from coda_app.learning.settings import LearnSettings
+from coda_app.learning.settings import OCR_EXECUTOR, RULES_JUDGE, LearnSettings
 from trainer.config import overrides
 
 console = Console(stderr=True)
+
+
+class ExecutorChoice(StrEnum):
+    """``--executor``: the curricula's recorded UI-TARS outputs, or the OCR executor."""
+
+    REPLAY = "replay"
+    OCR = "ocr"
+
+
+class JudgeChoice(StrEnum):
+    """``--judge``: the curricula's recorded verdicts, or the rule-based judge."""
+
+    REPLAY = "replay"
+    RULES = "rules"
+
+
+def model_overrides(executor: ExecutorChoice | None, judge: JudgeChoice | None
+                    ) -> dict[str, Any]:
+    """The settings ``--executor`` and ``--judge`` stand for ('replay': the recordings, the
+    settings' default; given but 'replay', it overrides a CODA_LEARN_EXECUTOR / _JUDGE)."""
+    out: dict[str, Any] = {}
+    if executor is not None:
+        out["executor"] = dict(OCR_EXECUTOR) if executor is ExecutorChoice.OCR else None
+    if judge is not None:
+        out["judge"] = dict(RULES_JUDGE) if judge is JudgeChoice.RULES else None
+    return out
 
 
 def curve_table(result: LearnResult) -> Table:
@@ -51,6 +78,14 @@ def learn(
         help="a control run: 'derangement' (anti-learning: each plan gets another plan's "
              "reward; old name 'shuffle'), 'uniform' (rewards permuted uniformly: a null) or "
              "'zero' (no optimizer step: the loop's noise); 'none' trains")] = None,
+    executor: Annotated[ExecutorChoice | None, typer.Option(
+        help="the frozen executor: 'replay' (the curricula's recorded UI-TARS outputs, the "
+             "default) or 'ocr' (grounds plans on the screenshot's OCR text, no recording)")
+    ] = None,
+    judge: Annotated[JudgeChoice | None, typer.Option(
+        help="the judge: 'replay' (the curricula's recorded verdicts, the default) or 'rules' "
+             "(the rule-based judge on the task checker's verdict, no recording); "
+             "--executor ocr --judge rules is a run with no recording in the loop")] = None,
     provider: Annotated[str | None, typer.Option(help="local or docker desktops")] = None,
     slots: Annotated[int | None, typer.Option(help="desktops at once")] = None,
     home: Annotated[Path | None, typer.Option(help="runs and the warm start go here")] = None,
@@ -68,7 +103,8 @@ def learn(
         settings = LearnSettings(**overrides(
             tasks=tasks, updates=updates, rollouts=rollouts, target=target,
             stop_at_target=stop_at_target, reward_control=control, provider=provider,
-            slots=slots, home=home, run_name=run_name, out=out))
+            slots=slots, home=home, run_name=run_name, out=out),
+            **model_overrides(executor, judge))
     except ValidationError as exc:
         console.print(f"[red]invalid settings:[/]\n{exc}")
         raise typer.Exit(2) from exc
@@ -83,7 +119,8 @@ def learn(
     reached = result.reached
     console.print(f"target {100 * result.target:.0f} %: " + (
         f"reached by {reached.planner_version} after {reached.update} updates"
-        if reached else "not reached") + f"; {result.seconds:.0f} s; result in "
+        if reached else "not reached") + f"; executor {result.executor.backend}, judge "
+        f"{result.judge_backend}; {result.seconds:.0f} s; result in "
         f"{loop.run_dir / 'result.json'}")
     if not result.executor_unchanged:
         console.print("[red]the executor changed during the run[/]")

@@ -47,6 +47,18 @@ class Update(BaseModel):
     seconds: float
 
 
+USAGE_COUNTERS = frozenset({"ocr_passes", "cache_hits"})
+"""Keys of the executor's ``/readyz`` that count the work it did (the OCR backend's), not what
+it is: they grow during a run while the executor stays the same."""
+
+
+def identity(ready: Any) -> Any:
+    """``ready`` (a ``/readyz`` body) without its usage counters (pure)."""
+    if isinstance(ready, dict):
+        return {k: identity(v) for k, v in ready.items() if k not in USAGE_COUNTERS}
+    return ready
+
+
 class ExecutorCheck(BaseModel):
     """The frozen executor, read at the start and at the end of the run."""
 
@@ -58,7 +70,8 @@ class ExecutorCheck(BaseModel):
 
     @property
     def unchanged(self) -> bool:
-        return self.files == self.files_at_end and self.ready_at_start == self.ready_at_end
+        return self.files == self.files_at_end and (
+            identity(self.ready_at_start) == identity(self.ready_at_end))
 
 
 class LearnResult(BaseModel):
@@ -69,12 +82,20 @@ class LearnResult(BaseModel):
     settings: dict[str, Any]
     warm_start: dict[str, Any]
     executor: ExecutorCheck
+    judge_backend: str = Field(
+        default="replay", description="the judge's backend: 'replay' (the curricula's recorded "
+        "verdicts), 'rules' (the rule-based judge) or a model backend")
     curve: list[Measured] = Field(default_factory=list)
     updates: list[Update] = Field(default_factory=list)
     reached: Measured | None = Field(default=None,
                                      description="the first version at or above the target")
     seconds: float = 0.0
     phases_s: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def recording_free(self) -> bool:
+        """Neither the executor nor the judge answered from the curricula's recordings."""
+        return self.executor.backend != "replay" and self.judge_backend != "replay"
 
     @property
     def executor_unchanged(self) -> bool:

@@ -4,9 +4,11 @@ Everything runs for real: the master (its own Postgres and Redis), a worker with
 (local Xvfb or desktop containers) running KAlgebra and the tasks' own setup and checkers, the
 judge service, group jobs, the trainer's decoupled GRPO, versions published to the master and
 pulled by the planner service, whose model (a tiny Qwen2.5-VL on transformers) writes every
-plan. The only stand-in is the frozen executor's model: it answers from recorded UI-TARS
-outputs keyed by the plan it is given (:mod:`coda_app.learning.recordings`); the judge answers
-from recorded verdicts keyed by the whole trajectory. Both can be real models (settings).
+plan. By default the only stand-in is the frozen executor's model: it answers from recorded
+UI-TARS outputs keyed by the plan it is given (:mod:`coda_app.learning.recordings`); the judge
+answers from recorded verdicts keyed by the whole trajectory. Both can be real models
+(settings): with the general ones (``--executor ocr --judge rules``) no recording is written
+or served, and the result's ``executor.backend`` and ``judge_backend`` say so.
 
 The loop, in rounds::
 
@@ -162,6 +164,9 @@ class ClosedLoop:
         self.name = s.run_name or f"learn-{stamp}"
         self.run_dir = s.run_dir(self.name)
         self.recordings = self.run_dir / "recordings"
+        """The replay scripts of the recorded executor and judge (only those the run serves)."""
+        self.record_planner = self.run_dir / "warm-up" / "planner-record.json"
+        """The warm-up's recording planner: the curricula's right plans, turn by turn."""
         self.phases: dict[str, float] = {}
 
     # -- the model services ------------------------------------------------------------------
@@ -174,17 +179,17 @@ class ClosedLoop:
     def _executor(self, system: LocalSystem) -> Any:
         from executor_service.settings import ExecutorSettings
 
-        spec = self.s.executor.model_dump() if self.s.executor is not None else {
-            "backend": "replay", "model": str(self.recordings / "executor.json")}
+        # unset fields (None) take the executor service's defaults (max_pixels: UI-TARS's)
+        spec = {"backend": "replay", "model": str(self.recordings / "executor.json")} \
+            if self.s.executor is None else self.s.executor.model_dump(exclude_none=True)
         return ExecutorSettings(**spec, **self._common(system))
 
     def _judge(self, system: LocalSystem) -> Any:
         from judge_service.settings import JudgeModelSpec, JudgeSettings
 
         spec = self.s.judge.model_dump() if self.s.judge is not None else {
-            "backend": "replay", "model": str(self.recordings / "judge.json")}
-        return JudgeSettings(models=[JudgeModelSpec(name="judge", **spec)],
-                             **self._common(system))
+            "name": "judge", "backend": "replay", "model": str(self.recordings / "judge.json")}
+        return JudgeSettings(models=[JudgeModelSpec(**spec)], **self._common(system))
 
     def _planner(self, system: LocalSystem, model: str, backend: str = "transformers") -> Any:
         from planner_service.settings import PlannerSettings
@@ -221,19 +226,21 @@ class ClosedLoop:
 
             torch.set_num_threads(self.s.torch_threads)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        executor_file = write_script(executor_script(self.curricula),
-                                     self.recordings / "executor.json")
-        write_script(judge_script(self.curricula), self.recordings / "judge.json")
-        write_script(planner_script(self.curricula), self.recordings / "planner-record.json")
+        files: dict[str, str] = {}
+        if self.s.executor is None:
+            executor_file = write_script(executor_script(self.curricula),
+                                         self.recordings / "executor.json")
+            files[str(executor_file)] = sha256(executor_file)
+        if self.s.judge is None:
+            write_script(judge_script(self.curricula), self.recordings / "judge.json")
         log.info("learn.start", run=self.name, dir=str(self.run_dir),
-                 tasks=[c.name for c in self.curricula], control=self.s.reward_control.value)
+                 tasks=[c.name for c in self.curricula], control=self.s.reward_control.value,
+                 recorded=self.s.recorded_models)
         with LocalSystem(self.run_dir) as system:
             async with MasterClient(system.master_url,
                                     token=system.admin_token.get_secret_value()) as master:
                 system.start_services({"executor": self._executor(system),
                                        "judge": self._judge(system)}, phase="run")
-                files = {} if self.s.executor is not None else {
-                    str(executor_file): sha256(executor_file)}
                 ready_start = await self._ready(system, "executor")
                 warm = await self._warm_start(system, master)
                 result = LearnResult(
@@ -242,7 +249,8 @@ class ClosedLoop:
                     settings=self.s.model_dump(mode="json"), warm_start=warm.info,
                     executor=ExecutorCheck(backend=self._executor(system).backend,
                                            files=files, files_at_end={},
-                                           ready_at_start=ready_start, ready_at_end={}))
+                                           ready_at_start=ready_start, ready_at_end={}),
+                    judge_backend=self._judge(system).models[0].backend)
                 await self._learn(system, master, warm, result)
                 result.executor.files_at_end = {f: sha256(Path(f)) for f in files}
                 result.executor.ready_at_end = await self._ready(system, "executor")
@@ -268,9 +276,9 @@ class ClosedLoop:
         if found is not None:
             log.info("learn.warm_start_cached", model=str(found.model_dir))
             return WarmStart(found.model_dir, {**found.info, "cached": True})
+        write_script(planner_script(self.curricula), self.record_planner)
         system.start_services({"planner": self._planner(
-            system, str(self.recordings / "planner-record.json"), backend="replay")},
-            phase="record")
+            system, str(self.record_planner), backend="replay")}, phase="record")
         system.start_worker(slots=self.s.slots, job_slots=self.s.job_slots, phase="record",
                             extra=self._worker_extra())
         try:

@@ -2,7 +2,9 @@
 
 The defaults run the loop on this machine's CPUs: the tiny planner built for the run, the
 frozen executor and the judge answering from the curricula's recordings, local Xvfb desktops.
-The same run with the paper's models is a change of these settings (``docs/trainer.md``).
+The general models need no recording: the OCR executor (``{"backend": "ocr", "model":
+"rapidocr"}``) and the rule-based judge (``{"backend": "rules"}``). The same run with the
+paper's models is a change of these settings (``docs/trainer.md``).
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from coda.contracts.services_api import JudgePolicy
+from coda.contracts.services_api import JudgePolicy, ModelName
 from coda.inference.spec import BackendSpec
+from judge_service.settings import JudgeModelSpec
 from trainer.config import RewardControl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +26,18 @@ LORA_TARGETS = (r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up
                 r"down_proj)|lm_head)")
 """The tiny model's final norm caps how peaked its output gets unless the output projection
 trains too, so the run's LoRA covers ``lm_head`` (the trainer's default leaves it out)."""
+
+OCR_EXECUTOR: dict[str, Any] = {"backend": "ocr", "model": "rapidocr"}
+"""The general frozen executor: grounds plans on the screenshot's OCR text (no recording)."""
+RULES_JUDGE: dict[str, Any] = {"backend": "rules"}
+"""The general judge: frames, actions and the task's checker verdict (no model, no recording)."""
+
+
+class LearnJudgeSpec(JudgeModelSpec):
+    """The run's judge: a :class:`judge_service.settings.JudgeModelSpec` whose name defaults to
+    ``judge``; ``{"backend": "rules"}`` needs no model."""
+
+    name: ModelName = Field(default="judge", description="name used in votes")
 
 
 class LearnSettings(BaseSettings):
@@ -83,11 +98,13 @@ class LearnSettings(BaseSettings):
     warm_up: bool = Field(default=True,
                           description="stage-2 SFT on the curricula's recorded plans first")
     executor: BackendSpec | None = Field(
-        default=None, description="the executor (JSON BackendSpec; default: the curricula's "
-                                  "recorded UI-TARS outputs, a frozen replay)")
-    judge: BackendSpec | None = Field(
-        default=None, description="the judge model (JSON BackendSpec; default: recorded "
-                                  "verdicts keyed by the trajectory)")
+        default=None, description="the executor (JSON BackendSpec, e.g. the OCR executor "
+                                  "{\"backend\": \"ocr\", \"model\": \"rapidocr\"}; default: "
+                                  "the curricula's recorded UI-TARS outputs, a frozen replay)")
+    judge: LearnJudgeSpec | None = Field(
+        default=None, description="the judge (JSON JudgeModelSpec, e.g. the rule-based judge "
+                                  "{\"backend\": \"rules\"}; default: recorded verdicts keyed "
+                                  "by the trajectory)")
     judge_policy: JudgePolicy = Field(
         default_factory=lambda: JudgePolicy(votes=1, multi_resolution=False),
         description="the judge jobs' policy (JSON; one vote at one resolution: the recorded "
@@ -114,6 +131,20 @@ class LearnSettings(BaseSettings):
     lora_targets: str = Field(default=LORA_TARGETS)
     groups_per_update: int = Field(default=64, ge=1,
                                    description="groups one update takes at most (a round's)")
+
+    @field_validator("judge")
+    @classmethod
+    def _judge_is_a_judge(cls, v: LearnJudgeSpec | None) -> LearnJudgeSpec | None:
+        if v is not None and v.backend == "ocr":
+            raise ValueError("the 'ocr' backend grounds plans (executor only); the judge takes "
+                             "'rules' or a model backend")
+        return v
+
+    @property
+    def recorded_models(self) -> list[str]:
+        """The roles served from the curricula's recordings (none: a recording-free run)."""
+        return [role for role, spec in (("executor", self.executor), ("judge", self.judge))
+                if spec is None]
 
     def run_dir(self, name: str) -> Path:
         return self.home.resolve() / "runs" / name
