@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from coda.procs import ephemeral_ports, free_port, start_process, start_ready, stop_process, wait_ready
+from coda.procs import (
+    ephemeral_ports,
+    free_port,
+    start_process,
+    start_ready,
+    stop_process,
+    wait_ready,
+)
 from tests.fixtures.waiting import wait_for
 
 
