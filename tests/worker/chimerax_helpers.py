@@ -3,6 +3,7 @@ and ChimeraX started with its REST remote control, offline, on ScienceBoard's fe
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -25,10 +26,36 @@ OFFLINE = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:
 """Any download ChimeraX tries goes to a closed port: it must find its files in the cache."""
 
 
+BUILD_WAIT_S = 5400.0
+"""The longest a test waits for a build under way (a cold one took 14-22 minutes on 2 cores,
+longer at the lowest priority beside the tests)."""
+
+
+def wait_for_a_build_under_way(timeout: float = BUILD_WAIT_S) -> None:
+    """Wait while ``scripts/chimerax.sh`` holds its build lock (``scripts/test.sh`` lets the
+    build run on beside the tests); at once when no build runs."""
+    lock = build.root() / ".build.lock"
+    try:
+        handle = lock.open("rb")
+    except OSError:
+        return  # never built here: no lock
+    with handle:
+        def free() -> bool:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return True
+        wait_for(free, f"ChimeraX's build under way ({lock} held by scripts/chimerax.sh)",
+                 timeout, interval=5.0)
+
+
 def require_build() -> Path:
-    """This checkout's ChimeraX prefix; skip (fail under CI=true) when it is not built. The
-    script runs only when a build is there (it then just prints the prefix): it never starts
-    a 20-minute build from a test."""
+    """This checkout's ChimeraX prefix, once a build under way has ended; skip (fail under
+    CI=true) when it is not built. The script runs only when a build is there (it then just
+    prints the prefix): it never starts a 20-minute build from a test."""
+    wait_for_a_build_under_way()
     if build.is_built():
         done = subprocess.run(["bash", str(build.SCRIPT)], capture_output=True, text=True,
                               timeout=60, check=False)
