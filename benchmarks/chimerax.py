@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--settle-s", type=float, default=5.0,
                         help="wait after the last command before the idle window")
-    parser.add_argument("--episodes", type=int, default=2, help="episodes per slot")
+    parser.add_argument("--episodes", type=int, default=3, help="episodes per slot")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/chimerax.json"))
     args = parser.parse_args(argv)
     if args.episodes < 1 or args.shots < 1 or min(args.slots) < 1:

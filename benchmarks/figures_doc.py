@@ -126,6 +126,34 @@ SECTIONS: tuple[Section, ...] = (
              "2-core machine was shared with other work.",
     ),
     Section(
+        "ChimeraX: a slot's cost on local desktops, 1, 2 and 4 slots at once", "chimerax.json",
+        "python -m benchmarks.chimerax",
+        (
+            *(F(f"{n} slot{'s' * (n > 1)}: {label}", "slots", str(n), *path, unit=unit,
+                digits=digits)
+              for n in (1, 2, 4)
+              for label, path, unit, digits in (
+                  ("launch to ready (REST answering, median)", ("launch_ready_s",), "s", 2),
+                  ("reset with ChimeraX open (median)", ("reset_s",), "s", 2),
+                  ("screenshot over HTTP", ("screenshot_ms",), "ms", 1),
+                  ("states dump through the agent", ("states_dump_ms",), "ms", 1),
+                  ("idle CPU, ChimeraX's processes (median slot)",
+                   ("idle", "chimerax_cores"), "cores", 3),
+                  ("idle CPU, whole desktop (median slot)", ("idle", "slot_cores"), "cores",
+                   3),
+                  ("episodes per minute (A-04, right solution)",
+                   ("episodes", "episodes_per_min"), "", 2))),
+            F("idle goal: an idle Celestia's 0.15 cores, met", "idle_goal", "met"),
+            F("... ChimeraX's worst idle slot", "idle_goal", "chimerax_cores_max",
+              unit="cores", digits=3),
+        ),
+        when=("at",),
+        note="Every phase ran in all the slots of a count at once; the load averages at the "
+             "start and end and around each slot count are in the JSON (the 2-core machine "
+             "was shared with other work). Desktop containers: not measured, the coda-desktop "
+             "image does not carry ChimeraX yet.",
+    ),
+    Section(
         "Master under load", "master_load_kit_w1.json",
         "python -m benchmarks.master_load --slots 1000 --duration 90 --workers 1",
         (
