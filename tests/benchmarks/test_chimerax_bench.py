@@ -5,18 +5,13 @@ run skips (CI=true: it fails)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.chimerax import IDLE_GOAL, cpu_cores, goal, main, per_minute
+from tests.benchmarks.running import run_benchmark
 from tests.worker.chimerax_helpers import require_build
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_idle_cores_are_cpu_time_over_wall_time_and_the_peak_the_busiest_interval() -> None:
@@ -62,14 +57,9 @@ def test_bad_arguments_are_refused(argv: list[str]) -> None:
 def test_chimerax_benchmark_writes_every_figure_on_one_slot(desktop_host: None,
                                                             tmp_path: Path) -> None:
     require_build()
-    out = tmp_path / "chimerax.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.chimerax", "--out", str(out), "--slots", "1",
-         "--shots", "1", "--idle-s", "2", "--settle-s", "0", "--episodes", "1"],
-        cwd=ROOT, env={**os.environ, "CODA_LOG_LEVEL": "WARNING"}, capture_output=True,
-        text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_benchmark("chimerax", tmp_path / "chimerax.json", "--slots", "1", "--shots",
+                           "1", "--idle-s", "2", "--settle-s", "0", "--episodes", "1",
+                           timeout=600)
     assert result["container"] is None and result["container_reason"]
     assert set(result["idle_goal"]) >= {"goal", "met", "chimerax_cores_max"}
     one = result["slots"]["1"]

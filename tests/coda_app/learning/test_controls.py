@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from benchmarks.learning import CONTROLS, summary
 from coda_app.learning.result import ExecutorCheck, LearnResult, Measured
-from coda_app.learning.settings import LearnSettings
 from trainer.config import RewardControl
+
+from .standin import invoke_learn
 
 
 def result(control: str) -> LearnResult:
@@ -28,48 +27,23 @@ def result(control: str) -> LearnResult:
                        warm_start={}, executor=check, curve=curve)
 
 
-class StandIn:
-    """In place of :class:`coda_app.learning.run.ClosedLoop`: keeps the settings it got."""
-
-    seen: list[LearnSettings] = []
-
-    def __init__(self, settings: LearnSettings) -> None:
-        self.s = settings
-        self.run_dir = Path("/nonexistent")
-        StandIn.seen.append(settings)
-
-    async def run(self) -> LearnResult:
-        return result(self.s.reward_control.value)
-
-
 @pytest.mark.parametrize(("given", "control"), [
     ("derangement", RewardControl.DERANGEMENT), ("shuffle", RewardControl.DERANGEMENT),
     ("uniform", RewardControl.UNIFORM), ("zero", RewardControl.ZERO),
     ("none", RewardControl.NONE)])
 def test_the_command_takes_every_control(given: str, control: RewardControl,
                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from coda_app.learning import run
-    from coda_app.learning.cli import learn
-
-    monkeypatch.setattr(run, "ClosedLoop", StandIn)
-    StandIn.seen = []
-    app = typer.Typer()
-    app.command()(learn)
-    out = CliRunner().invoke(app, ["--control", given, "--home", str(tmp_path)])
-    assert out.exit_code == 0, out.output
-    assert [s.reward_control for s in StandIn.seen] == [control]
-    assert f"control: {control.value}" in out.output
+    ran = invoke_learn(["--control", given, "--home", str(tmp_path)], monkeypatch,
+                       lambda s: result(s.reward_control.value))
+    assert ran.code == 0, ran.output
+    assert [s.reward_control for s in ran.seen] == [control]
+    assert f"control: {control.value}" in ran.output
 
 
 def test_an_unknown_control_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from coda_app.learning import run
-    from coda_app.learning.cli import learn
-
-    monkeypatch.setattr(run, "ClosedLoop", StandIn)
-    app = typer.Typer()
-    app.command()(learn)
-    out = CliRunner().invoke(app, ["--control", "permute"])
-    assert out.exit_code == 2 and "invalid settings" in out.output
+    ran = invoke_learn(["--control", "permute"], monkeypatch,
+                       lambda s: result(s.reward_control.value))
+    assert ran.code == 2 and "invalid settings" in ran.output
 
 
 @pytest.mark.parametrize("control", ["shuffle", "derangement", "uniform", "zero"])

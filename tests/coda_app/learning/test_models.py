@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import typer
 from pydantic import ValidationError
-from typer.testing import CliRunner
 
 from coda_app.learning.result import ExecutorCheck, LearnResult
 from coda_app.learning.settings import OCR_EXECUTOR, RULES_JUDGE, LearnSettings
+
+from .standin import Invoked, invoke_learn
 
 
 def test_the_settings_take_the_general_models() -> None:
@@ -56,60 +56,38 @@ def empty_result(s: LearnSettings) -> LearnResult:
                        judge_backend=s.judge.backend if s.judge else "replay")
 
 
-class StandIn:
-    """In place of :class:`coda_app.learning.run.ClosedLoop`: keeps the settings it got."""
-
-    seen: list[LearnSettings] = []
-
-    def __init__(self, settings: LearnSettings) -> None:
-        self.s = settings
-        self.run_dir = Path("/nonexistent")
-        StandIn.seen.append(settings)
-
-    async def run(self) -> LearnResult:
-        return empty_result(self.s)
-
-
-def invoke(args: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
-    from coda_app.learning import run
-    from coda_app.learning.cli import learn
-
-    monkeypatch.setattr(run, "ClosedLoop", StandIn)
-    StandIn.seen = []
-    app = typer.Typer()
-    app.command()(learn)
-    out = CliRunner().invoke(app, args)
-    return out.exit_code, out.output
+def invoke(args: list[str], monkeypatch: pytest.MonkeyPatch) -> Invoked:
+    return invoke_learn(args, monkeypatch, empty_result)
 
 
 def test_the_command_runs_the_general_models(monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
-    code, output = invoke(["--executor", "ocr", "--judge", "rules", "--home", str(tmp_path)],
+    ran = invoke(["--executor", "ocr", "--judge", "rules", "--home", str(tmp_path)],
                           monkeypatch)
-    assert code == 0, output
-    [s] = StandIn.seen
+    assert ran.code == 0, ran.output
+    [s] = ran.seen
     assert s.executor is not None and s.executor.backend == "ocr"
     assert s.judge is not None and s.judge.backend == "rules"
-    assert "executor ocr, judge rules" in " ".join(output.split())
+    assert "executor ocr, judge rules" in " ".join(ran.output.split())
 
 
 def test_replay_is_the_default_and_overrides_the_environment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    code, output = invoke(["--home", str(tmp_path)], monkeypatch)
-    assert code == 0, output
-    assert StandIn.seen[0].recorded_models == ["executor", "judge"]
-    assert "executor replay, judge replay" in " ".join(output.split())
+    ran = invoke(["--home", str(tmp_path)], monkeypatch)
+    assert ran.code == 0, ran.output
+    assert ran.seen[0].recorded_models == ["executor", "judge"]
+    assert "executor replay, judge replay" in " ".join(ran.output.split())
     monkeypatch.setenv("CODA_LEARN_EXECUTOR", '{"backend": "ocr", "model": "rapidocr"}')
     monkeypatch.setenv("CODA_LEARN_JUDGE", '{"backend": "rules"}')
-    code, output = invoke(["--home", str(tmp_path), "--judge", "replay"], monkeypatch)
-    assert code == 0, output
-    assert StandIn.seen[0].recorded_models == ["judge"]
+    ran = invoke(["--home", str(tmp_path), "--judge", "replay"], monkeypatch)
+    assert ran.code == 0, ran.output
+    assert ran.seen[0].recorded_models == ["judge"]
 
 
 @pytest.mark.parametrize("args", [["--executor", "uitars"], ["--judge", "ocr"]])
 def test_an_unknown_choice_is_refused(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    code, output = invoke(args, monkeypatch)
-    assert code == 2 and args[0] in output, output
+    ran = invoke(args, monkeypatch)
+    assert ran.code == 2 and args[0] in ran.output, ran.output
 
 
 def test_a_result_without_the_judge_backend_reads_as_replayed() -> None:
