@@ -10,9 +10,9 @@
   positive step;
 - the **recording planner**: the right plans, turn by turn, so that real episodes of the right
   trajectories give the warm-up data its screenshots and histories;
-- the **warm-up rows**: each recorded state's row again with every plan of its step as the
-  target, as many times as the plan's weight (stage-2 SFT on them makes the planner propose a
-  mixture);
+- the **warm-up rows**: each recorded state's row again with every plan of its step (the right
+  one, the other right plans of ``also``, the wrong ones) as the target, as many times as the
+  plan's weight (stage-2 SFT on them makes the planner propose a mixture);
 - the **tokenizer corpus** of the tiny planner built for the run.
 """
 
@@ -49,7 +49,8 @@ def executor_script(curricula: Sequence[Curriculum]) -> ReplayScript:
     (a garbled plan holding two keys gets the wrong one)."""
     entries: list[ReplayEntry] = []
     for cur in curricula:
-        plans = [p for s in cur.steps for p in s.wrong] + cur.right_plans()
+        plans = [p for s in cur.steps for p in s.wrong] + [p for s in cur.steps
+                                                           for p in s.rights]
         seen: set[str] = set()
         for plan in plans:
             if plan.key is None or plan.executor is None or plan.key in seen:
@@ -94,7 +95,7 @@ def judge_script(curricula: Sequence[Curriculum]) -> ReplayScript:
 
 def plan_kind(text: str, cur: Curriculum, index: int) -> str:
     """What a sampled plan at step ``index`` of a task was, by the recordings: the kind of the
-    step's recorded plan whose key its thought holds ("right", "another value", ...), "right"
+    step's plan it is or whose key its thought holds ("right", "another value", ...), "right"
     for a DONE at the last step and "skipped step" before it, "out of order" for another step's
     plan, "unrecorded" for anything else (it gets the executor's no-op)."""
     thought = text.split("\nAction", 1)[0]
@@ -102,7 +103,7 @@ def plan_kind(text: str, cur: Curriculum, index: int) -> str:
         return "right" if index == len(cur.steps) - 1 else "skipped step"
     if index < len(cur.steps):
         for plan in cur.steps[index].plans:
-            if plan.key is not None and plan.key in thought:
+            if plan.text == text or (plan.key is not None and plan.key in thought):
                 return plan.kind
     if any(p.key is not None and p.key in thought for s in cur.steps for p in s.plans):
         return "out of order"

@@ -160,6 +160,14 @@ class ClosedLoop:
         if unrecorded and needs:
             raise CurriculumError(f"{', '.join(unrecorded)}: no recorded plans, which "
                                   f"{' and '.join(needs)} need")
+        gaps = [g for c in self.curricula
+                for g in c.unrecorded(executor=s.executor is None, judge=s.judge is None)]
+        if gaps:
+            roles = " and ".join(r for r, on in (("executor", s.executor is None),
+                                                 ("judge", s.judge is None)) if on)
+            raise CurriculumError(
+                f"the replayed {roles} has no recorded output (key and executor) for: "
+                + "; ".join(gaps) + " (record them, or run with --executor ocr --judge rules)")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         self.name = s.run_name or f"learn-{stamp}"
         self.run_dir = s.run_dir(self.name)

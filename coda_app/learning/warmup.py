@@ -5,7 +5,8 @@ by the project's own stage-2 SFT on the curricula's recorded plans.
    frozen executor, the judge, a real desktop) and judged; the master's stage-2 export
    (:func:`trainer.sft.dataset.export_dataset`) turns the judged trajectories into planner turns
    with their real screenshots and histories;
-2. **mix**: each turn again with every plan of its step as the target, by weight
+2. **mix**: each turn again with every plan of its step as the target (the right plan, its
+   other phrasings and routes of ``also``, the wrong plans), by weight
    (:func:`coda_app.learning.recordings.warm_rows`);
 3. **fine-tune**: :func:`trainer.sft.train.train_sft` on a tiny Qwen2.5-VL built for the run
    (its tokenizer trained on the curricula's texts) or on the given model, saved as a model

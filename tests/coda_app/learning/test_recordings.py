@@ -115,6 +115,59 @@ def test_plan_kinds_by_the_recordings() -> None:
     assert plan_kind("Thought: I hum a tune.", cur, 1) == "unrecorded"
 
 
+def test_other_phrasings_are_right_plans_the_replay_answers_by_the_key_they_hold() -> None:
+    cur = BY_NAME["kalgebra-C-01"]
+    step = cur.steps[0]
+    phrasings = [p for p in step.also if p.key is None]
+    assert phrasings and step.right.key is not None
+    for plan in phrasings:
+        assert plan_kind(plan.text, cur, 0) == "right"
+        assert executor_answer(cur.instruction, [], plan.text) == step.right.executor
+    route = next(p for p in step.also if p.key is not None)
+    assert executor_answer(cur.instruction, [], route.text) == route.executor
+    keyless = "Thought: a plan no recording answers.\nAction: x"
+    assert plan_kind(keyless, cur, 0) == "unrecorded"
+
+
+def unrecorded_curriculum(tmp_path: Path) -> Path:
+    """C-01 with a keyless other route (no recorded key in its thought) and a keyless right."""
+    doc = json.loads((CURRICULA / "kalgebra-C-01.json").read_text())
+    doc["task"] = str((CURRICULA / doc["task"]).resolve())
+    first = doc["steps"][0]
+    first["also"].append({"text": "Thought: I type p:=ln(3)*1/ln(2) and press Enter.\nAction: x"})
+    for key in ("key", "executor"):
+        first["right"].pop(key)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_plans_without_recordings_are_named_for_the_replayed_roles(tmp_path: Path) -> None:
+    cur = load_curriculum(unrecorded_curriculum(tmp_path))
+    both = cur.unrecorded(executor=True, judge=True)
+    # the keyless right plan, its two phrasings (no recorded key left to hold), the new route
+    assert len(both) == 4 and all(g.startswith("c: step 1, right plan") for g in both)
+    assert any("ln(3)*1/ln(2)" in g for g in both)
+    judge = cur.unrecorded(executor=False, judge=True)
+    assert len(judge) == 1 and "p:=log(3)/log(2)" in judge[0]
+    assert cur.unrecorded(executor=False, judge=False) == []
+    assert all(c.unrecorded(executor=True, judge=True) == [] for c in CURRICULA_LIST)
+
+
+def test_coda_learn_refuses_them_unless_the_general_models_run(tmp_path: Path) -> None:
+    from coda_app.learning.run import ClosedLoop
+    from coda_app.learning.settings import OCR_EXECUTOR, RULES_JUDGE, LearnSettings
+
+    tasks = unrecorded_curriculum(tmp_path)
+    with pytest.raises(CurriculumError, match=r"replayed executor and judge .*ln\(3\)\*1"):
+        ClosedLoop(LearnSettings(home=tmp_path / "home", tasks=tasks))
+    with pytest.raises(CurriculumError, match=r"replayed judge .*step 1, right plan"):
+        ClosedLoop(LearnSettings(home=tmp_path / "home", tasks=tasks, executor=OCR_EXECUTOR))
+    loop = ClosedLoop(LearnSettings(home=tmp_path / "home", tasks=tasks,
+                                    executor=OCR_EXECUTOR, judge=RULES_JUDGE))
+    assert len(loop.curricula[0].steps[0].also) == 4
+
+
 def test_warm_rows_repeat_each_state_once_per_plan_and_weight() -> None:
     cur = BY_NAME["kalgebra-C-01"]
     rows = [{"instruction": cur.instruction, "history_texts": [], "target": "x", "k": 0},
@@ -124,6 +177,8 @@ def test_warm_rows_repeat_each_state_once_per_plan_and_weight() -> None:
     first = [r["target"] for r in mixed if r["k"] == 0]
     assert len(first) == sum(p.weight for p in cur.steps[0].plans)
     assert first.count(cur.steps[0].right.text) == cur.steps[0].right.weight
+    for plan in cur.steps[0].also:  # the other right plans are taught too
+        assert first.count(plan.text) == plan.weight
     assert {r["k"] for r in mixed} == {0, 1}
 
 
@@ -139,7 +194,13 @@ def test_the_recording_planner_and_the_corpus_cover_every_plan() -> None:
     (lambda d: d["steps"][-1]["right"].update(executor="type(content='x')"), "ends the episode"),
     (lambda d: d["steps"].pop(), "must end the episode"),
     (lambda d: d["steps"][0]["wrong"][0].update(key="p:=log"), "also occurs"),
-    (lambda d: d["steps"][0]["right"].pop("executor"), "needs its key and executor output"),
+    (lambda d: d["steps"][0]["right"].pop("executor"), "come together"),
+    (lambda d: d["steps"][0]["also"][0].update(kind="another value"), "is a right plan"),
+    (lambda d: d["steps"][0]["also"].append({"text": "Thought: done.\nAction: DONE"}),
+     "ends the episode"),
+    (lambda d: d["steps"][0]["wrong"].append(
+        {"text": "Thought: I type p:=log(3)/log(2)+1.\nAction: x", "kind": "another value"}),
+     "also occurs"),
     (lambda d: d.update(task="nowhere.json"), "nowhere.json"),
 ])
 def test_an_inconsistent_curriculum_is_refused_naming_the_problem(
