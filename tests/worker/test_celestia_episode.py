@@ -10,49 +10,27 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fixtures.docker import remove_containers
-from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
-from tests.fixtures.services import Store, running_replays
+from tests.fixtures.master import EXAMPLES, MasterProcess
 
 from .celestia_helpers import require_build, require_image_build
-from .test_episodes import wait_episode
-from .workerproc import Rest, running_worker, worker_env
+from .test_episodes import replays_fixture, solve_replayed
 
 pytestmark = pytest.mark.slow
 
 A02 = json.loads((EXAMPLES / "VM" / "Celestia" / "A-02.json").read_text())
-NO_JUDGE = "http://127.0.0.1:9"  # judge="never": the worker never calls it
-
-
-@pytest.fixture(scope="module")
-def celestia_replays(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
-                     ) -> Iterator[tuple[str, str]]:
-    """Planner and executor services answering from Celestia A-02's recorded outputs."""
-    require_build()
-    with running_replays(REPLAYS / "celestia-A-02", service_store,
-                         tmp_path_factory.mktemp("celestia-replays")) as urls:
-        yield urls
+celestia_replays = replays_fixture("celestia-A-02", require_build)
 
 
 def solve_a02(wmaster: MasterProcess, replays: tuple[str, str], log_path: Path,
               **worker: Any) -> dict[str, Any]:
     """A-02 submitted and run by a worker on the replay services; its episode, solved."""
-    rest = Rest(wmaster)
-    [episode_id] = rest.submit([A02], judge="never")["episode_ids"]
-    env = worker_env(wmaster, *replays, NO_JUDGE, kinds="episode", **worker)
-    with running_worker(env, log_path) as proc:
-        ep = wait_episode(rest, episode_id, proc)
-    summary = [(s["index"], s["action"], s["outcome"], s["error"]) for s in ep["steps"]]
-    assert ep["success"] is True, (summary, ep)
-    assert [s["action"]["type"] for s in ep["steps"]] == ["type", "type", "done"], summary
-    assert all(s["outcome"] == "ok" and s["screenshot"] for s in ep["steps"]), summary
-    return ep
+    return solve_replayed(wmaster, replays, A02, log_path, ["type", "type", "done"], **worker)
 
 
 def test_replay_solves_a_celestia_task_on_a_local_slot(

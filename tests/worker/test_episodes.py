@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 from coda.logging import get_logger
 from coda_app.services import ServiceProcess, running_services
 from tests.fixtures.master import EXAMPLES, REPLAYS, MasterProcess
-from tests.fixtures.services import RunningService, Store, planner_settings
+from tests.fixtures.services import RunningService, Store, planner_settings, running_replays
 from tests.fixtures.waiting import wait_for
 from worker.providers.image import grassdata
 
@@ -79,6 +80,39 @@ def _assert_c02_solved(ep: dict[str, Any], attempt: int) -> None:
 
 # for the other episode tests (tests/worker/test_*faults*.py)
 wait_episode, wait_steps, assert_c02_solved = _wait_episode, _wait_steps, _assert_c02_solved
+
+def replays_fixture(name: str, require: Callable[[], object]) -> Any:
+    """A module fixture: planner and executor services answering from
+    ``examples/replays/<name>.*.json`` (their URLs), once ``require`` (a build's check, which
+    skips without it) passes."""
+    @pytest.fixture(scope="module")
+    def replays(service_store: Store, tmp_path_factory: pytest.TempPathFactory,
+                ) -> Iterator[tuple[str, str]]:
+        require()
+        with running_replays(REPLAYS / name, service_store,
+                             tmp_path_factory.mktemp(f"{name}-replays")) as urls:
+            yield urls
+    return replays
+
+
+NO_JUDGE = "http://127.0.0.1:9"  # judge="never": the worker never calls it
+
+
+def solve_replayed(wmaster: MasterProcess, replays: tuple[str, str], task: dict[str, Any],
+                   log_path: Path, actions: list[str], **worker: Any) -> dict[str, Any]:
+    """``task`` submitted (judge="never") and run by a worker on the replay services; its
+    episode, solved by the task's own checker, its steps ``actions`` (their types), each ok
+    with a screenshot."""
+    rest = Rest(wmaster)
+    [episode_id] = rest.submit([task], judge="never")["episode_ids"]
+    env = worker_env(wmaster, *replays, NO_JUDGE, kinds="episode", **worker)
+    with running_worker(env, log_path) as proc:
+        ep = _wait_episode(rest, episode_id, proc)
+    summary = [(s["index"], s["action"], s["outcome"], s["error"]) for s in ep["steps"]]
+    assert ep["success"] is True, (summary, ep)
+    assert [s["action"]["type"] for s in ep["steps"]] == actions, summary
+    assert all(s["outcome"] == "ok" and s["screenshot"] for s in ep["steps"]), summary
+    return ep
 
 
 # ---------------------------------------------------------------------------- tiny models
