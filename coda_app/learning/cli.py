@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -114,6 +115,10 @@ def learn(
     except CurriculumError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from exc
+    # SIGTERM (a supervisor's stop, kill's default) takes Ctrl-C's way out: the run's worker,
+    # services, desktops and private stores are stopped, where the default action left the
+    # private Postgres and Redis running
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     result = asyncio.run(loop.run())
     console.print(curve_table(result))
     reached = result.reached
