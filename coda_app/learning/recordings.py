@@ -133,6 +133,12 @@ def warm_rows(rows: Iterable[dict[str, Any]], curricula: Sequence[Curriculum],
     return out
 
 
+def warm_texts(curricula: Sequence[Curriculum]) -> set[str]:
+    """Every plan text the warm-up data holds: each step's right, ``also`` and wrong plans (the
+    targets of :func:`warm_rows`)."""
+    return {p.text for c in curricula for s in c.steps for p in s.plans}
+
+
 def corpus(curricula: Sequence[Curriculum], repeat: int = 20) -> list[str]:
     """Texts the run's tiny planner tokenizer is trained on: every plan and prompt."""
     plans = [p.text for c in curricula for s in c.steps for p in s.plans]

@@ -47,6 +47,9 @@ class Update(BaseModel):
     seconds: float
 
 
+REWARDED = 0.9
+"""A plan's reward at or above this counts it as rewarded (:attr:`LearnResult.rewarded_plans`)."""
+
 USAGE_COUNTERS = frozenset({"ocr_passes", "cache_hits"})
 """Keys of the executor's ``/readyz`` that count the work it did (the OCR backend's), not what
 it is: they grow during a run while the executor stays the same."""
@@ -89,6 +92,9 @@ class LearnResult(BaseModel):
     updates: list[Update] = Field(default_factory=list)
     reached: Measured | None = Field(default=None,
                                      description="the first version at or above the target")
+    rewarded_plans: list[str] = Field(
+        default_factory=list, description="the distinct plan texts that earned a reward of at "
+        "least REWARDED in a group the trainer leased (trained on or dropped), sorted")
     seconds: float = 0.0
     phases_s: dict[str, float] = Field(default_factory=dict)
 
@@ -100,6 +106,10 @@ class LearnResult(BaseModel):
     @property
     def executor_unchanged(self) -> bool:
         return self.executor.unchanged
+
+    def novel_rewarded_plans(self, warm_texts: set[str]) -> list[str]:
+        """The rewarded plans whose text never occurs in the warm-start data (pure)."""
+        return [t for t in self.rewarded_plans if t not in warm_texts]
 
     def rise(self) -> float:
         """The last measured rate minus the first (0 with fewer than two)."""

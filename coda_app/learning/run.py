@@ -50,7 +50,7 @@ from coda_app.learning.recordings import (
     plan_kind,
     planner_script,
 )
-from coda_app.learning.result import ExecutorCheck, LearnResult, Measured, Update
+from coda_app.learning.result import REWARDED, ExecutorCheck, LearnResult, Measured, Update
 from coda_app.learning.settings import LearnSettings
 from coda_app.learning.system import LocalSystem
 from coda_app.learning.waiting import LoopTimeout, wait_batch
@@ -145,6 +145,12 @@ def measured(episodes: list[Episode], version: str, *, round_: int, update: int,
                     update=update, batch_id=str(batch_id), by_task=tasks,
                     episodes_s=round(seconds, 1), paths=paths(episodes, curricula or []),
                     version_mismatches=mismatches(episodes, version))
+
+
+def merge_rewarded(known: list[str], plan_rewards: dict[str, float]) -> list[str]:
+    """``known`` with the plans of ``plan_rewards`` rewarded at least REWARDED, sorted and
+    distinct (pure)."""
+    return sorted(set(known) | {t for t, r in plan_rewards.items() if r >= REWARDED})
 
 
 class ClosedLoop:
@@ -325,7 +331,7 @@ class ClosedLoop:
                     self.s.stop_at_rise is not None and rise >= self.s.stop_at_rise)
                 if done:
                     break
-                update = await self._update(system, trainer)
+                update = await self._update(system, trainer, result)
                 if update is None:
                     idle += 1
                     if idle >= self.s.max_idle_rounds:
@@ -373,11 +379,14 @@ class ClosedLoop:
                  seconds=m.episodes_s, mismatches=len(m.version_mismatches))
         return m
 
-    async def _update(self, system: LocalSystem, trainer: Any) -> Update | None:
+    async def _update(self, system: LocalSystem, trainer: Any, result: LearnResult
+                      ) -> Update | None:
         """One GRPO update on the ready groups and its version live at the planner; None when
-        no group had anything to learn from."""
+        no group had anything to learn from. The leased groups' rewarded plans go to
+        ``result.rewarded_plans`` either way."""
         started = time.monotonic()
         report = await trainer.run_once()
+        result.rewarded_plans = merge_rewarded(result.rewarded_plans, report.plan_rewards)
         if report.update is None:
             log.info("learn.no_trainable_groups", leased=report.leased, dropped=report.dropped)
             return None

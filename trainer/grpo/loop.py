@@ -68,6 +68,18 @@ class UpdateReport:
     published: str | None = None
     group_versions: dict[str, int] = field(default_factory=dict)
     """The planner versions that sampled the trained groups, with their counts."""
+    plan_rewards: dict[str, float] = field(default_factory=dict)
+    """Every distinct plan text of the leased groups with the best reward it earned there (the
+    rewards as the groups carry them, before any control permutes them)."""
+
+
+def plan_rewards(records: list[GroupRecord]) -> dict[str, float]:
+    """Each distinct plan text of ``records`` with the best reward it earned in them (pure)."""
+    out: dict[str, float] = {}
+    for rec in records:
+        for cand in rec.group.candidates:
+            out[cand.plan] = max(cand.reward, out.get(cand.plan, cand.reward))
+    return out
 
 
 def finite(figures: dict[str, float]) -> dict[str, float]:
@@ -199,7 +211,8 @@ class Trainer:
         """Lease one batch and train on it (or only ack it when nothing in it is trainable)."""
         records = await self._lease()
         report = UpdateReport(update=None, leased=len(records),
-                              policy_version=self.state.versions[-1])
+                              policy_version=self.state.versions[-1],
+                              plan_rewards=plan_rewards(records))
         if not records:
             return report
         chosen, immediate = self._select(records, report.dropped)

@@ -219,6 +219,9 @@ async def test_zero_takes_no_step_and_publishes_the_same_weights(tiny_model_dir:
         assert r.metrics["optimizer_step"] == 0.0
         assert r.metrics["grad_norm"] == 0.0
         assert r.metrics["reward_mean"] > 0 and r.metrics["groups"] == 2
+    # every leased plan with the best reward it earned (what coda learn counts as rewarded)
+    assert reports[0].plan_rewards == {PLANS[0]: 1.0, PLANS[1]: 1.0, PLANS[2]: 0.5,
+                                       PLANS[3]: 0.5}
     first, second = (published(cfg, r.published) for r in reports)
     assert first.keys() == second.keys() and first
     assert all(torch.equal(first[k], second[k]) for k in first)
