@@ -92,6 +92,9 @@ class LearnResult(BaseModel):
     updates: list[Update] = Field(default_factory=list)
     reached: Measured | None = Field(default=None,
                                      description="the first version at or above the target")
+    transfer: Measured | None = Field(
+        default=None, description="the last version on the transfer task (settings.transfer), "
+        "a task outside the curricula and the warm start")
     rewarded_plans: list[str] = Field(
         default_factory=list, description="the distinct plan texts that earned a reward of at "
         "least REWARDED in a group the trainer leased (trained on or dropped), sorted")

@@ -43,6 +43,7 @@ from coda.contracts.records import Episode, JudgeMode
 from coda.contracts.services_api import BASE_VERSION
 from coda.logging import get_logger
 from coda.scoring import rates_by, wilson_interval
+from coda.tasks import TaskLoadError, TaskSpec, load_task_file
 from coda_app.learning.curriculum import Curriculum, CurriculumError, load_curricula
 from coda_app.learning.recordings import (
     executor_script,
@@ -147,6 +148,26 @@ def measured(episodes: list[Episode], version: str, *, round_: int, update: int,
                     version_mismatches=mismatches(episodes, version))
 
 
+def transfer_task(s: LearnSettings, curricula: list[Curriculum]) -> TaskSpec:
+    """The transfer task of ``s``, loaded: refused unless both the executor and the judge are
+    general (a recording answers only the curricula's plans) and the task is none of the
+    curricula's (its instruction is not theirs)."""
+    assert s.transfer is not None
+    if s.recorded_models:
+        raise CurriculumError(f"the transfer task needs the general executor and judge (the "
+                              f"{' and '.join(s.recorded_models)} replays the curricula's "
+                              "recordings): run with --executor ocr --judge rules")
+    try:
+        spec = load_task_file(s.transfer)
+    except (OSError, TaskLoadError) as exc:
+        raise CurriculumError(f"transfer task {s.transfer}: {exc}") from exc
+    same = [c.name for c in curricula if c.spec is not None
+            and c.spec.instruction == spec.instruction]
+    if same:
+        raise CurriculumError(f"transfer task {s.transfer} is in the curricula ({same[0]})")
+    return spec
+
+
 def merge_rewarded(known: list[str], plan_rewards: dict[str, float]) -> list[str]:
     """``known`` with the plans of ``plan_rewards`` rewarded at least REWARDED, sorted and
     distinct (pure)."""
@@ -174,6 +195,10 @@ class ClosedLoop:
             raise CurriculumError(
                 f"the replayed {roles} has no recorded output (key and executor) for: "
                 + "; ".join(gaps) + " (record them, or run with --executor ocr --judge rules)")
+        self.transfer: TaskSpec | None = None
+        """The task the last version is also measured on (settings.transfer)."""
+        if s.transfer is not None:
+            self.transfer = transfer_task(s, self.curricula)
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         self.name = s.run_name or f"learn-{stamp}"
         self.run_dir = s.run_dir(self.name)
@@ -342,6 +367,11 @@ class ClosedLoop:
                 result.updates.append(update)
                 version = update.published or version
                 self._write(result)
+            if self.transfer is not None:
+                result.transfer = await self._measure(
+                    system, master, version, round_, len(result.updates),
+                    tasks=[self.transfer], rollouts=self.s.transfer_rollouts, label="transfer")
+                self.phases["transfer"] = result.transfer.episodes_s
         finally:
             await trainer.aclose()
             self.phases["learn"] = round(time.monotonic() - started, 1)
@@ -361,20 +391,29 @@ class ClosedLoop:
             reward_control=s.reward_control, poll_s=0.5)
 
     async def _measure(self, system: LocalSystem, master: MasterClient, version: str,
-                       round_: int, updates: int) -> Measured:
+                       round_: int, updates: int, *, tasks: list[TaskSpec] | None = None,
+                       rollouts: int | None = None, label: str = "") -> Measured:
+        """``version`` on fresh episodes of the curricula's tasks (judged; their clean
+        successes make group jobs), or of ``tasks`` (``label`` names the batch; no judge, no
+        groups: measured only)."""
         started = time.monotonic()
+        learn = tasks is None
+        specs = [c.spec for c in self.curricula if c.spec] if tasks is None else tasks
         created = await master.create_batch(BatchCreate(
-            name=f"{self.name}-r{round_:02d}-{version}",
-            tasks=[c.spec.model_dump(mode="json") for c in self.curricula if c.spec],
-            rollouts=self.s.rollouts, judge=JudgeMode.ALWAYS, group_size=self.s.group_size,
+            name=f"{self.name}-r{round_:02d}-{version}" + (f"-{label}" if label else ""),
+            tasks=[t.model_dump(mode="json") for t in specs],
+            rollouts=rollouts or self.s.rollouts,
+            judge=JudgeMode.ALWAYS if learn else JudgeMode.NEVER,
+            group_size=self.s.group_size if learn else 0,
             planner_version=None if version == BASE_VERSION else version))
         episodes = await wait_batch(master, created.batch.id, created.episode_ids,
-                                    timeout_s=BATCH_TIMEOUT_S, what=f"round {round_} ({version})",
+                                    timeout_s=BATCH_TIMEOUT_S,
+                                    what=f"round {round_} ({version}) {label}".strip(),
                                     alive=system.worker_alive)
         m = measured(episodes, version, round_=round_, update=updates,
                      batch_id=created.batch.id, seconds=time.monotonic() - started,
                      curricula=self.curricula)
-        log.info("learn.measured", round=round_, version=version, rate=m.rate,
+        log.info("learn.measured", round=round_, version=version, label=label, rate=m.rate,
                  ci=[m.ci_low, m.ci_high], rollouts=m.rollouts, by_task=m.by_task,
                  seconds=m.episodes_s, mismatches=len(m.version_mismatches))
         return m

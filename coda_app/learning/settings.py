@@ -54,6 +54,11 @@ class LearnSettings(BaseSettings):
     tasks: Path = Field(default=CURRICULA, description="curriculum file or folder "
                                                         "(examples/learning)")
     out: Path | None = Field(default=None, description="also write the result JSON here")
+    transfer: Path | None = Field(
+        default=None, description="a task file outside the curricula: the last version is "
+        "also measured on it (transfer; needs the general executor and judge)")
+    transfer_rollouts: int | None = Field(default=None, ge=1, le=256,
+                                          description="its rollouts (default: rollouts)")
 
     # --- the loop ---------------------------------------------------------------------------
     updates: int = Field(default=20, ge=0, le=1000, description="GRPO updates at most")
