@@ -421,8 +421,10 @@ CONTROL_MEANINGS = {
 }
 
 def render_learning(results: Path) -> list[str]:
-    """The closed-loop run and its control: figures, both curves drawn, and the table behind
-    them (version, success with its interval, the update's mean group reward)."""
+    """The closed-loop run and its controls: figures, every curve drawn, and the table behind
+    each (version, success with its interval, the update's mean group reward; with a document
+    of issue 37 point 6's benchmark also its mean importance weight, the Fisher p, the novel
+    rewarded plans, the controls against the warm start's interval and the transfer)."""
     data = load(results, "learning.json")
     lines = ["## The closed loop learns (`coda learn`)", ""]
     src = ("Source: `benchmarks/results/learning.json`, written by "
@@ -430,12 +432,13 @@ def render_learning(results: Path) -> list[str]:
     if data is None:
         return [*lines, f"{src}: not measured yet.", ""]
     summary = data.get("summary", {})
-    control = summary.get("control") or {}
-    kind = CONTROL_NAMES.get(str(control.get("reward_control")), "derangement")
-    lines += [f"{src}; measured {data.get('created_at', '?')}. Success rates are the tasks' "
-              "own checkers on fresh episodes of each planner version, with 95 % Wilson "
-              f"intervals; the control (`{kind}`) is the same run with "
-              f"{CONTROL_MEANINGS[kind]}.", "", "| figure | value |", "| --- | ---: |"]
+    several = "controls" in data  # point 6's document: a list of controls and more figures
+    controls = summary.get("controls", []) if several else [summary.get("control") or {}]
+    kinds = [CONTROL_NAMES.get(str(c.get("reward_control")), "derangement") for c in controls]
+    lines.append(f"{src}; measured {data.get('created_at', '?')}. Success rates are the tasks' "
+                 "own checkers on fresh episodes of each planner version, with 95 % Wilson "
+                 "intervals; " + _controls_said(kinds, several) + ".")
+    lines += ["", "| figure | value |", "| --- | ---: |"]
     rows = [
         ("warm start (stage-2 SFT) success", _pct(summary.get("warm_start_rate"))),
         ("target", _pct((data.get("run") or {}).get("target"))),
@@ -443,9 +446,20 @@ def render_learning(results: Path) -> list[str]:
          else str(summary["reached_after_updates"])),
         ("last version's success", _pct(summary.get("final_rate"))),
         ("run, wall time (warm start included)", f"{summary.get('run_minutes', MISSING)} min"),
-        ("control: first / last / best success", " / ".join(
-            _pct(control.get(k)) for k in ("first_rate", "last_rate", "max_rate"))),
-        ("control: updates", str(control.get("updates", MISSING))),
+    ]
+    rows += _point6_rows(summary) if several else []
+    for kind, control in zip(kinds, controls, strict=True):
+        name = f"control `{kind}`" if several else "control"
+        rows += [(f"{name}: first / last / best success", " / ".join(
+                     _pct(control.get(k)) for k in ("first_rate", "last_rate", "max_rate"))),
+                 (f"{name}: updates", str(control.get("updates", MISSING)))]
+        if several:
+            rows += [(f"{name}: a version above the warm start's 95 % interval",
+                      _yes(control.get("rose_above_warm_start_interval"))),
+                     (f"{name}: fell from the warm start by (last / most)", " / ".join(
+                         _points(control.get(k)) for k in ("fall_from_warm_start",
+                                                           "largest_fall_from_warm_start")))]
+    rows += [
         ("episodes or steps with another version than their batch's",
          str(summary.get("version_mismatches", MISSING))),
         ("groups trained as another version's", str(summary.get("groups_off_version", MISSING))),
@@ -460,21 +474,83 @@ def render_learning(results: Path) -> list[str]:
                                           f"{d.get('run_minutes', MISSING)} min")]
     lines += [f"| {label} | {value} |" for label, value in rows]
     lines.append("")
-    for key, title in (("run", "run: success per version"),
-                       ("control", f"control ({kind}): success per version")):
-        run = data.get(key)
-        if not run:
-            continue
-        lines += _chart(title, run)
-        rewards = {u["policy_version"]: u["metrics"].get("reward_mean")
-                   for u in run.get("updates", [])}
-        lines += [f"| {key}: version | updates | rollouts | success (95 % interval) | "
-                  "mean group reward of its update |", "| --- | ---: | ---: | ---: | ---: |"]
-        for m in run.get("curve", []):
-            reward = rewards.get(m["planner_version"])
-            lines.append(f"| {m['planner_version']} | {m['update']} | {m['rollouts']} | "
-                         f"{_interval(m)} | {'-' if reward is None else f'{reward:.3f}'} |")
-        lines.append("")
+    runs = [("run", "run: success per version", data.get("run"))]
+    if several:
+        runs += [(f"control {k}", f"control ({k}): success per version", c)
+                 for k, c in zip(kinds, data.get("controls") or [], strict=False)]
+    else:
+        runs.append(("control", f"control ({kinds[0]}): success per version",
+                     data.get("control")))
+    for key, title, run in runs:
+        if run:
+            lines += _curve(key, title, run, weights=several)
+    return lines
+
+
+def _controls_said(kinds: list[str], several: bool) -> str:
+    if not several:
+        return f"the control (`{kinds[0]}`) is the same run with {CONTROL_MEANINGS[kinds[0]]}"
+    if not kinds:
+        return "no control was run"
+    return ("each control is the same run from the same warm start with one thing taken away: "
+            + "; ".join(f"`{k}`, {CONTROL_MEANINGS[k]}" for k in kinds))
+
+
+def _yes(value: Any) -> str:
+    return MISSING if value is None else ("yes" if value else "no")
+
+
+def _points(value: Any) -> str:
+    return MISSING if value is None else f"{100 * value:.0f} points"
+
+
+def _p(value: Any) -> str:
+    return MISSING if value is None else f"{value:.2g}"
+
+
+def _point6_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The figures issue 37 point 6 added (only in documents that have them)."""
+    transfer = summary.get("transfer")
+    return [
+        ("no recording in the loop (executor / judge)",
+         f"{_yes(summary.get('recording_free'))} ({summary.get('executor_backend', MISSING)} / "
+         f"{summary.get('judge_backend', MISSING)})"),
+        ("tasks, episodes per version (least)",
+         f"{len(summary.get('tasks') or [])}, "
+         f"{summary.get('episodes_per_version_min', MISSING)}"),
+        ("last version above the warm start: one-sided Fisher p (last two pooled)",
+         f"{_p(summary.get('final_p_vs_warm_start'))} "
+         f"({_p(summary.get('last_two_p_vs_warm_start'))})"),
+        (f"distinct plans rewarded >= {summary.get('rewarded_at_least', 0.9)} never in the "
+         "warm-start data (of all rewarded)",
+         f"{summary.get('novel_rewarded_plans', MISSING)} "
+         f"(of {summary.get('rewarded_plans', MISSING)})"),
+        ("transfer: the last version on a task outside the curricula (no target)",
+         MISSING if not transfer else
+         f"{Path(str(transfer.get('task'))).name}: {_pct(transfer.get('rate'))} "
+         f"({_pct((transfer.get('ci') or [None])[0])}-"
+         f"{_pct((transfer.get('ci') or [None, None])[1])}), "
+         f"{transfer.get('rollouts', MISSING)} episodes"),
+    ]
+
+
+def _curve(key: str, title: str, run: dict[str, Any], *, weights: bool) -> list[str]:
+    """A run's chart and its table by version (``weights``: with the mean importance weight)."""
+    lines = _chart(title, run)
+    trained = {u["policy_version"]: u["metrics"] for u in run.get("updates", [])}
+    extra = " mean importance weight |" if weights else ""
+    lines += [f"| {key}: version | updates | rollouts | success (95 % interval) | "
+              "mean group reward of its update |" + extra,
+              "| --- | ---: | ---: | ---: | ---: |" + (" ---: |" if weights else "")]
+    for m in run.get("curve", []):
+        metrics = trained.get(m["planner_version"]) or {}
+        reward, weight = metrics.get("reward_mean"), metrics.get("is_weight_mean")
+        cells = f"| {'-' if reward is None else f'{reward:.3f}'} |"
+        if weights:
+            cells += f" {'-' if weight is None else f'{weight:.3f}'} |"
+        lines.append(f"| {m['planner_version']} | {m['update']} | {m['rollouts']} | "
+                     f"{_interval(m)} " + cells)
+    lines.append("")
     return lines
 
 

@@ -51,7 +51,7 @@ def test_results_and_the_benchmark_summary_read_every_control(control: str) -> N
     """A result recorded as 'shuffle' (before the rename) still reads, and the summary says
     what each control can show."""
     old = LearnResult.model_validate_json(result(control).model_dump_json())
-    figures: dict[str, Any] = summary(result("none"), old)["control"]
+    figures: dict[str, Any] = summary(result("none"), [old])["controls"][0]
     assert figures["reward_control"] == control
     assert figures["meaning"] == CONTROLS[RewardControl(control)]
     assert figures["rise"] == pytest.approx(-1 / 8)
