@@ -97,7 +97,8 @@ class LearnResult(BaseModel):
         "a task outside the curricula and the warm start")
     rewarded_plans: list[str] = Field(
         default_factory=list, description="the distinct plan texts that earned a reward of at "
-        "least REWARDED in a group the trainer leased (trained on or dropped), sorted")
+        "least REWARDED in a group of the run (trained on, dropped, or sampled by the last "
+        "version and never trained on), sorted")
     seconds: float = 0.0
     phases_s: dict[str, float] = Field(default_factory=dict)
 

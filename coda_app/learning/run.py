@@ -38,7 +38,7 @@ import httpx
 
 from coda.clients.master import MasterClient
 from coda.clients.planner import PlannerClient
-from coda.contracts.master_api import BatchCreate
+from coda.contracts.master_api import BatchCreate, GroupLeaseRequest
 from coda.contracts.records import Episode, JudgeMode
 from coda.contracts.services_api import BASE_VERSION
 from coda.logging import get_logger
@@ -367,6 +367,7 @@ class ClosedLoop:
                 result.updates.append(update)
                 version = update.published or version
                 self._write(result)
+            await self._last_groups(master, result)
             if self.transfer is not None:
                 result.transfer = await self._measure(
                     system, master, version, round_, len(result.updates),
@@ -440,6 +441,14 @@ class ClosedLoop:
                  published=update.published, groups=update.groups,
                  reward_mean=update.metrics.get("reward_mean"), seconds=update.seconds)
         return update
+
+    async def _last_groups(self, master: MasterClient, result: LearnResult) -> None:
+        """The rewarded plans of the groups no update leased (the last version's: measured,
+        never trained on) into ``result.rewarded_plans``: leased to be read, never acked."""
+        from trainer.grpo.loop import plan_rewards
+
+        left = await master.lease_groups(GroupLeaseRequest(max_groups=1024, ttl_s=60))
+        result.rewarded_plans = merge_rewarded(result.rewarded_plans, plan_rewards(left.items))
 
     async def _pulled(self, system: LocalSystem, version: str) -> None:
         """Until the planner service serves ``version`` by default (it pulls from the master)."""
