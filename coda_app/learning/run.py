@@ -190,10 +190,9 @@ class ClosedLoop:
         gaps = [g for c in self.curricula
                 for g in c.unrecorded(executor=s.executor is None, judge=s.judge is None)]
         if gaps:
-            roles = " and ".join(r for r, on in (("executor", s.executor is None),
-                                                 ("judge", s.judge is None)) if on)
             raise CurriculumError(
-                f"the replayed {roles} has no recorded output (key and executor) for: "
+                f"the replayed {' and '.join(s.recorded_models)} has no recorded output "
+                "(key and executor) for: "
                 + "; ".join(gaps) + " (record them, or run with --executor ocr --judge rules)")
         self.transfer: TaskSpec | None = None
         """The task the last version is also measured on (settings.transfer)."""
